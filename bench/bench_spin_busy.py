@@ -11,12 +11,15 @@ SIGUSR1 (asked after each chunk). The client is this process: its own ``BUSY_LOO
 the chunk's form before the chunk (its last verdict dropped). Per load (``--loads``), the
 background is started, then ``--rounds`` rounds of ``--steps`` trivial steps (``p * 2.0``,
 ``bench_vs_tf1.py``'s) per chunk in the order A B B A, the next B A A B; a chunk's figure is its
-median step. Loads:
+median step (and its mean, the chunk's wall over its steps: a few steps parked in a thousand
+move the mean, not the median). Loads:
 
 * ``quiet``: nothing started;
 * ``daemon:T:P:B``: a C program (compiled here with ``cc``) of ``T`` threads, each sleeping
   ``P`` us then spinning ``B`` us, their phases spread (a service's background threads);
-* ``hog``: a Python ``while True: pass`` (a persistent third runnable process).
+* ``hog``: a Python ``while True: pass`` (a persistent third runnable process);
+* ``ray``: Ray idle (``bench_trivial_vs_ray.py``'s child in ``--ray-python``: its raylet, GCS,
+  driver and one actor, no graph compiled; every process of its session ended after).
 
 Printed per chunk and summed per load and form: the median step (us), the client's and the
 worker's waits that parked "busy" and those a spin took (per step), and each process's CPU per
@@ -25,7 +28,7 @@ background's share of a core over the chunk (what the spinning pair left it); pe
 the rounds' B/A with the A/A and B/B (each form's second chunk over its first) beside it.
 
     .venv/bin/python bench/bench_spin_busy.py [--loads quiet,daemon:1:1000:40,hog] \\
-        [--rounds 6] [--steps 1000] [--busy-looks 2]
+        [--rounds 6] [--steps 1000] [--busy-looks 2] [--ray-python <Ray> --loads ray]
 """
 from __future__ import annotations
 
@@ -42,6 +45,7 @@ import tempfile
 import time
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, _HERE)
 sys.path.insert(0, os.path.join(_HERE, ".."))
 sys.path.insert(0, os.path.join(_HERE, "..", "demos"))
 
@@ -127,8 +131,8 @@ def cluster_pids(spec):
 
 
 def parse_load(text):
-    """("quiet", None) | ("hog", None) | ("daemon", (threads, period_us, burst_us))."""
-    if text in ("quiet", "hog"):
+    """("quiet" | "hog" | "ray", None) | ("daemon", (threads, period_us, burst_us))."""
+    if text in ("quiet", "hog", "ray"):
         return text, None
     name, *numbers = text.split(":")
     if name == "daemon" and len(numbers) == 3:
@@ -138,16 +142,28 @@ def parse_load(text):
             threads = 0
         if threads > 0 and period > 0 and 0 < burst < period:
             return name, (threads, period, burst)
-    raise ValueError(f"load {text!r}: quiet, hog or daemon:THREADS:PERIOD_US:BURST_US due "
+    raise ValueError(f"load {text!r}: quiet, hog, ray or daemon:THREADS:PERIOD_US:BURST_US due "
                      "(burst under period)")
 
 
 @contextlib.contextmanager
-def background(load, build_dir):
-    """The load's process (None for quiet), killed and reaped when the block ends."""
+def background(load, build_dir, ray_python=""):
+    """The load started; yields a function that lists its processes' pids (none: quiet).
+    Killed and reaped when the block ends (Ray's: every process of its session waited for)."""
     kind, shape = parse_load(load)
     if kind == "quiet":
-        yield None
+        yield list
+        return
+    if kind == "ray":
+        if not ray_python:
+            raise ValueError("load ray: --ray-python is due")
+        import bench_trivial_vs_ray as ray_side
+        child = ray_side.start_ray_child(ray_python)
+        try:
+            time.sleep(1.0)  # (its start's work done: what is left is Ray idle)
+            yield lambda: ray_side._session_pids(child.proc.pid)
+        finally:
+            child.close()
         return
     if kind == "hog":
         command = [sys.executable, "-c", "while True: pass"]
@@ -163,7 +179,7 @@ def background(load, build_dir):
     proc = subprocess.Popen(command)
     try:
         time.sleep(0.2)  # (started, its threads at their phases)
-        yield proc
+        yield lambda: [proc.pid]
     finally:
         proc.kill()
         proc.wait()
@@ -206,13 +222,15 @@ async def _measure(specs, args, where, hold):
             for _ in range(args.warmup):
                 await runs[form]()
 
-        async def chunk(form, load_pid):
+        async def chunk(form, load_pids):
             bare_io.BUSY_LOOKS = looks[form]
             bare_io._busy[:] = [0.0, False, 0]
-            procs = {"client": os.getpid(), "worker": pids[form]["worker"],
-                     "ps": pids[form]["ps"], **({"load": load_pid} if load_pid else {})}
-            worker_before = await trio.to_thread.run_sync(worker_counts, procs["worker"], where)
-            client_before, cpu_before = dict(bare_io.COUNTS), {n: cpu_s(q) for n, q in procs.items()}
+            procs = {"client": [os.getpid()], "worker": [pids[form]["worker"]],
+                     "ps": [pids[form]["ps"]], **({"load": load_pids} if load_pids else {})}
+            worker_before = await trio.to_thread.run_sync(worker_counts, pids[form]["worker"],
+                                                          where)
+            client_before = dict(bare_io.COUNTS)
+            cpu_before = {n: sum(map(cpu_s, q)) for n, q in procs.items()}
             times, clock, run = [], time.perf_counter_ns, runs[form]
             began = clock()
             for _ in range(args.steps):
@@ -220,17 +238,20 @@ async def _measure(specs, args, where, hold):
                 await run()
                 times.append(clock() - start)
             wall = (clock() - began) / 1e9
-            cpu = {n: (cpu_s(q) - cpu_before[n]) / args.steps * 1e6 for n, q in procs.items()}
+            cpu = {n: (sum(map(cpu_s, q)) - cpu_before[n]) / args.steps * 1e6
+                   for n, q in procs.items()}
             client = per_step(bare_io.COUNTS, client_before, args.steps)
-            worker_after = await trio.to_thread.run_sync(worker_counts, procs["worker"], where)
+            worker_after = await trio.to_thread.run_sync(worker_counts, pids[form]["worker"],
+                                                         where)
             worker = per_step(worker_after, worker_before, args.steps)
-            return {"us": statistics.median(times) / 1e3, "cpu": cpu, "client": client,
+            return {"us": statistics.median(times) / 1e3, "mean": wall / args.steps * 1e6,
+                    "cpu": cpu, "client": client,
                     "worker": worker, "load_share": cpu.get("load", 0.0) * args.steps / 1e6 / wall}
 
         for load in args.loads.split(","):
             rows = []
-            with hold(load) as proc:
-                load_pid = proc.pid if proc is not None else None
+            with hold(load) as load_pids:
+                load_pid = load_pids()  # (Ray's: its session's processes when it is idle)
                 for n in range(args.rounds):
                     order = ("A", "B", "B", "A") if n % 2 == 0 else ("B", "A", "A", "B")
                     got = {"A": [], "B": []}
@@ -239,11 +260,13 @@ async def _measure(specs, args, where, hold):
                     (a1, a2), (b1, b2) = got["A"], got["B"]
                     row = {"a": got["A"], "b": got["B"],
                            "ba": (b1["us"] + b2["us"]) / (a1["us"] + a2["us"]),
+                           "ba_mean": (b1["mean"] + b2["mean"]) / (a1["mean"] + a2["mean"]),
                            "aa": a2["us"] / a1["us"], "bb": b2["us"] / b1["us"]}
                     rows.append(row)
                     print(f"{load} round {n + 1:2d} ({''.join(order)}): A {a1['us']:6.1f} "
                           f"{a2['us']:6.1f}  B {b1['us']:6.1f} {b2['us']:6.1f} us  B/A "
-                          f"{row['ba']:.3f}  A/A {row['aa']:.3f}  B/B {row['bb']:.3f}  busy "
+                          f"{row['ba']:.3f} (means {row['ba_mean']:.3f})  A/A {row['aa']:.3f}  "
+                          f"B/B {row['bb']:.3f}  busy "
                           f"c/w A {a1['client']['busy'] + a2['client']['busy']:.2f}/"
                           f"{a1['worker']['busy'] + a2['worker']['busy']:.2f} B "
                           f"{b1['client']['busy'] + b2['client']['busy']:.2f}/"
@@ -260,13 +283,15 @@ def summarize(load, rows):
         values = [row[key] for row in rows]
         return f"{statistics.median(values):.3f} ({min(values):.3f}-{max(values):.3f})"
     print(f"== {load}: {len(rows)} rounds, B/A {spread('ba')}, B faster in "
-          f"{sum(row['ba'] < 1 for row in rows)}; A/A {spread('aa')}; B/B {spread('bb')}")
+          f"{sum(row['ba'] < 1 for row in rows)}; A/A {spread('aa')}; B/B {spread('bb')}; "
+          f"B/A of the chunks' mean steps {spread('ba_mean')}")
     for form in ("a", "b"):
         chunks = [c for row in rows for c in row[form]]
         med = lambda get: statistics.median(get(c) for c in chunks)  # noqa: E731
         cpu = ", ".join(f"{name} {med(lambda c: c['cpu'][name]):.1f}"
                         for name in chunks[0]["cpu"])
-        print(f"   {form.upper()}: step {med(lambda c: c['us']):.1f} us; a step, busy parks "
+        print(f"   {form.upper()}: step {med(lambda c: c['us']):.1f} us (mean "
+              f"{med(lambda c: c['mean']):.1f}); a step, busy parks "
               f"client {med(lambda c: c['client']['busy']):.3f} worker "
               f"{med(lambda c: c['worker']['busy']):.3f}, spun client "
               f"{med(lambda c: c['client']['spun']):.3f} worker "
@@ -281,6 +306,7 @@ def main(argv=None):
     parser.add_argument("--steps", type=int, default=1000, help="steps a chunk")
     parser.add_argument("--warmup", type=int, default=300, help="untimed steps a form first")
     parser.add_argument("--busy-looks", type=int, default=2, help="form B's BUSY_LOOKS")
+    parser.add_argument("--ray-python", default="", help="Ray's interpreter (load ray)")
     args = parser.parse_args(argv)
     for load in args.loads.split(","):
         try:
@@ -304,7 +330,8 @@ def main(argv=None):
                     {"ps": 1, "worker": 1}))
         finally:
             cluster_module._ENV = base_env
-        trio.run(_measure, specs, args, site, lambda load: background(load, site))
+        trio.run(_measure, specs, args, site,
+                 lambda load: background(load, site, args.ray_python))
 
 
 if __name__ == "__main__":
