@@ -1,7 +1,8 @@
 """The same-host spin's "no core to spare" rule (``transports/http/bare_io.py``
-``machine_busy``): the rule before (form A, ``BUSY_LOOKS`` 1: one look that sees more runnable
-threads than CPUs parks the process's waits for ``LOAD_EVERY_S``) against the tree's (form B,
-``--busy-looks``, default 2: such looks in a row, the second ``RECHECK_S`` after the first)
+``machine_busy``): the rule before (form A, ``BUSY_LOOKS`` 1, or ``--base-looks``: one look that
+sees more runnable threads than CPUs parks the process's waits for ``LOAD_EVERY_S``) against the
+tree's (form B, ``--busy-looks``, default 2: such looks in a row, the second ``RECHECK_S`` after
+the first)
 under background loads that this script starts beside the trivial remote step.
 
 Two one-ps, one-worker clusters (``demos/local_cluster.py``), one per form, both up for the
@@ -28,7 +29,8 @@ background's share of a core over the chunk (what the spinning pair left it); pe
 the rounds' B/A with the A/A and B/B (each form's second chunk over its first) beside it.
 
     .venv/bin/python bench/bench_spin_busy.py [--loads quiet,daemon:1:1000:40,hog] \\
-        [--rounds 6] [--steps 1000] [--busy-looks 2] [--ray-python <Ray> --loads ray]
+        [--rounds 6] [--steps 1000] [--busy-looks 2] [--base-looks 1] \\
+        [--ray-python <Ray> --loads ray]
 """
 from __future__ import annotations
 
@@ -211,7 +213,7 @@ async def _measure(specs, args, where, hold):
     from transports.http import bare_io
     graph, p, doubled, *_ = _trivial_and_pull(af)
     pids = {form: cluster_pids(spec) for form, spec in specs.items()}
-    looks = {"A": 1, "B": args.busy_looks}
+    looks = {"A": args.base_looks, "B": args.busy_looks}
     results = {}
     async with contextlib.AsyncExitStack() as stack:
         runs = {}
@@ -306,6 +308,7 @@ def main(argv=None):
     parser.add_argument("--steps", type=int, default=1000, help="steps a chunk")
     parser.add_argument("--warmup", type=int, default=300, help="untimed steps a form first")
     parser.add_argument("--busy-looks", type=int, default=2, help="form B's BUSY_LOOKS")
+    parser.add_argument("--base-looks", type=int, default=1, help="form A's (1: the rule before)")
     parser.add_argument("--ray-python", default="", help="Ray's interpreter (load ray)")
     args = parser.parse_args(argv)
     for load in args.loads.split(","):
@@ -322,7 +325,7 @@ def main(argv=None):
         path = os.pathsep.join(filter(None, [site, base_env.get("PYTHONPATH", "")]))
         specs = {}
         try:
-            for form, looks in (("A", 1), ("B", args.busy_looks)):
+            for form, looks in (("A", args.base_looks), ("B", args.busy_looks)):
                 cluster_module._ENV = {**base_env, "PYTHONPATH": path,
                                        "ASYNCFLOW_BENCH_BUSY_LOOKS": str(looks),
                                        "ASYNCFLOW_BENCH_COUNTS_DIR": site}
