@@ -39,7 +39,7 @@ def spare_core(monkeypatch):
     otherwise: the tests here run beside other test processes, which the real look at the
     machine's run queue would count. Returns a setter: ``spare_core(False)`` for a busy one."""
     state = {"busy": False}
-    monkeypatch.setattr(bare_io, "_busy", [0.0, False])  # (no look from another test holds)
+    monkeypatch.setattr(bare_io, "_busy", [0.0, False, 0])  # (no look from another test holds)
     monkeypatch.setattr(bare_io, "machine_busy", lambda now: state["busy"])
     return lambda spare: state.update(busy=not spare)
 
@@ -535,21 +535,82 @@ async def test_a_machine_with_no_core_to_spare_parks_at_once(window, still_clock
         assert _more(before) == {"parks": 1, "spun": 0, "skipped": 0, "busy": 1, "shared": 0}
 
 
-def _look(monkeypatch, cpus, runnable):
+def _look(monkeypatch, cpus, runnable, looks=None):
+    """The verdict of ``looks`` looks in a row (default ``BUSY_LOOKS``) at one reading."""
     monkeypatch.setattr(bare_io, "_cpus", lambda: cpus)
     monkeypatch.setattr(bare_io, "_runnable", lambda: runnable)
-    return _machine_busy(1.0)
+    bare_io._busy[:] = [0.0, False, 0]
+    return [_machine_busy(1.0) for _ in range(looks or bare_io.BUSY_LOOKS)][-1]
 
 
 def test_no_core_to_spare_one_cpu_or_more_runnable_threads_than_cpus(monkeypatch, spare_core):
     assert not _look(monkeypatch, 2, 2)  # this process and its peer: one core each
     assert _look(monkeypatch, 2, 3)  # a third runnable thread: a spin would take its core
     assert not _look(monkeypatch, 4, 3)
-    assert _look(monkeypatch, 1, 1)  # one CPU: the peer waits for the spinner's time slice
-    assert _look(monkeypatch, 1, None)
+    assert _look(monkeypatch, 1, 1, looks=1)  # one CPU: the peer waits for the spinner's slice
+    assert _look(monkeypatch, 1, None, looks=1)
     assert not _look(monkeypatch, 2, None)  # no /proc/loadavg: the CPU count decides
-    # the look holds for LOAD_EVERY_S from when it was taken
-    assert bare_io._busy == [1.0 + bare_io.LOAD_EVERY_S, False]
+    # a free look holds for LOAD_EVERY_S from when it was taken
+    assert bare_io._busy == [1.0 + bare_io.LOAD_EVERY_S, False, 0]
+
+
+def _looks_over_time(monkeypatch, clock, readings, times):
+    """``_no_core()``'s verdicts at ``times`` (the real ``machine_busy``, two CPUs), the
+    machine's runnable threads read from ``readings`` in turn; and the reads taken."""
+    reads = []
+
+    def runnable():
+        reads.append(clock.now)
+        return readings[len(reads) - 1]
+
+    monkeypatch.setattr(bare_io, "machine_busy", _machine_busy)
+    monkeypatch.setattr(bare_io, "_cpus", lambda: 2)
+    monkeypatch.setattr(bare_io, "_runnable", runnable)
+    verdicts = []
+    for at in times:
+        clock.now = at
+        verdicts.append(bare_io._no_core())
+    return verdicts, reads
+
+
+def test_a_passing_third_thread_seen_once_keeps_the_spin(monkeypatch, clock):
+    # a daemon's wake seen at one look: the spin goes on, the next look comes RECHECK_S later
+    # (not LOAD_EVERY_S) and sees it gone; the free verdict then holds LOAD_EVERY_S again
+    recheck, every = bare_io.RECHECK_S, bare_io.LOAD_EVERY_S
+    times = [0.0, recheck / 2, recheck, recheck + every / 2, recheck + every]
+    verdicts, reads = _looks_over_time(monkeypatch, clock, [3, 2, 2], times)
+    assert verdicts == [False] * 5
+    assert reads == [0.0, recheck, recheck + every]
+
+
+def test_a_third_thread_seen_at_two_looks_in_a_row_parks_until_a_look_sees_it_gone(
+        monkeypatch, clock):
+    recheck, every = bare_io.RECHECK_S, bare_io.LOAD_EVERY_S
+    assert bare_io.BUSY_LOOKS == 2 and recheck < every
+    # a hog: seen, seen again RECHECK_S later (busy, held LOAD_EVERY_S), seen at every look
+    # after (busy at once: no second look needed), until a look sees a core free
+    # (and once free, a third thread seen again needs its second look again)
+    times = [0.0, recheck, recheck + every / 2, recheck + every, recheck + 2 * every,
+             recheck + 3 * every]
+    verdicts, reads = _looks_over_time(monkeypatch, clock, [3, 4, 3, 2, 3], times)
+    assert verdicts == [False, True, True, True, False, False]
+    assert reads == [0.0, recheck, recheck + every, recheck + 2 * every, recheck + 3 * every]
+    assert bare_io._busy == [recheck + 3 * every + recheck, False, 1]
+
+
+def test_looks_over_the_cpus_must_be_in_a_row(monkeypatch, clock):
+    # over, free, over: never two in a row, never busy (each over look rechecked soon)
+    recheck, every = bare_io.RECHECK_S, bare_io.LOAD_EVERY_S
+    times = [0.0, recheck, recheck + every, 2 * recheck + every]
+    verdicts, reads = _looks_over_time(monkeypatch, clock, [3, 2, 3, 2], times)
+    assert verdicts == [False] * 4 and reads == times
+
+
+def test_one_busy_look_is_the_rule_before_where_busy_looks_is_one(monkeypatch, clock):
+    monkeypatch.setattr(bare_io, "BUSY_LOOKS", 1)
+    every = bare_io.LOAD_EVERY_S
+    verdicts, reads = _looks_over_time(monkeypatch, clock, [3, 2], [0.0, every / 2, every])
+    assert verdicts == [True, True, False] and reads == [0.0, every]
 
 
 def test_the_machine_look_reads_this_machines_run_queue(monkeypatch):
@@ -602,7 +663,7 @@ async def test_the_look_at_the_machine_is_taken_once_per_period(window, monkeypa
 
     def look(now):
         looks.append(now)
-        bare_io._busy[:] = [now + bare_io.LOAD_EVERY_S, False]
+        bare_io._busy[:] = [now + bare_io.LOAD_EVERY_S, False, 0]
         return False
 
     monkeypatch.setattr(bare_io, "machine_busy", look)

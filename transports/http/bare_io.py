@@ -40,7 +40,10 @@ peer would wait for the spinner's time slice), and a wait parks at once while th
 runnable threads, the waiter included, outnumber the CPUs it may run on (a third runnable
 process beside a spinning pair: measured, a trivial step then took 0.30 ms spinning or parked,
 so the spin only burns CPU that the third or the peer needs). The look (``/proc/loadavg``,
-machine-wide) is taken once per :data:`LOAD_EVERY_S` per process. ``COUNTS`` holds the waits
+machine-wide) is taken once per :data:`LOAD_EVERY_S` per process; a busy verdict needs
+:data:`BUSY_LOOKS` looks in a row over the CPUs, the second :data:`RECHECK_S` after the first (a
+daemon's short wake, seen once, keeps the spin; a hog or a busy peer, seen again, parks it), and
+a busy machine stays busy while each look sees it so. ``COUNTS`` holds the waits
 that parked, the messages the spin took, and the waits that parked at once by the connection's
 rule, for want of a core, or for a step shared with another call.
 
@@ -66,8 +69,8 @@ from transports.messages import RemoteCallError
 from transports.schema import PREFIX
 from transports.wire import SMALL_HEADER_BYTES, ChecksumTrailer, encode_prepared
 
-__all__ = ["ANSWER_TRIES", "CALLS", "COUNTS", "Calls", "LOAD_EVERY_S", "NEXT_CALL_TRIES", "RECV",
-           "RequestBody", "SPIN_ENV", "ServerConnection", "WARM_WAITS", "WHOLE_FRAME_BYTES",
+__all__ = ["ANSWER_TRIES", "BUSY_LOOKS", "CALLS", "COUNTS", "Calls", "LOAD_EVERY_S",
+           "NEXT_CALL_TRIES", "RECHECK_S", "RECV", "RequestBody", "SPIN_ENV", "ServerConnection", "WARM_WAITS", "WHOLE_FRAME_BYTES",
            "decide", "learn_wait", "late_call", "machine_busy", "one_way_failed",
            "prepared_reply", "quota_cpus", "read_once", "read_whole", "reads_whole",
            "set_spin_window", "shut_reading", "small_pieces", "spin_window_s", "write_now",
@@ -86,6 +89,11 @@ COUNTS = {"parks": 0, "spun": 0, "skipped": 0, "busy": 0, "shared": 0}  # waits 
 # ("busy"), or another call being at work in the process ("shared"; also a spin ended so) (tests)
 WARM_WAITS: Final = 16  # a connection's first waits, not learned (its client's warm-up)
 LOAD_EVERY_S: Final = 0.005  # how often a spinning process looks at the machine's run queue
+# Looks in a row that must see more runnable threads than CPUs before a wait parks "busy" (1:
+# the first; the rule before c49busy, a daemon's 40 us wake parked 5 ms of steps), and how soon
+# after a look that saw them the next one is taken (a passing thread has gone by then).
+BUSY_LOOKS = 2
+RECHECK_S = 0.0005
 _clock = time.perf_counter  # (a test may set its own)
 # A client's spin for its call's answer checkpoints once every this many tries, not before each
 # (``read_once``'s ``tries``): a checkpoint is a scheduler pass (~3.8 us hot, a try without it
@@ -232,20 +240,25 @@ def _runnable() -> int | None:
 
 
 _loadavg: list = []  # the open /proc/loadavg (read again at offset 0 each time)
-_busy = [0.0, False]  # until when the last look holds; whether the machine had no core to spare
+_busy = [0.0, False, 0]  # until when the last verdict holds; whether the machine had no core to
+# spare; the looks in a row that saw more runnable threads than CPUs (at most BUSY_LOOKS)
 
 
 def machine_busy(now: float) -> bool:
     """Whether a spin would take a core that another runnable thread needs: this process may
     run on one CPU only (its peer would wait for the spinner's time slice), or the machine's
     runnable threads, this one included, outnumber the CPUs it may run on (a third process
-    beside a spinning pair: the spinner delays it or the peer it waits for). Looked at once
-    per :data:`LOAD_EVERY_S` per process (a read of ``/proc/loadavg``, ~2 us); where that
-    cannot be read, only the CPU count decides."""
+    beside a spinning pair: the spinner delays it or the peer it waits for) at
+    :data:`BUSY_LOOKS` looks in a row. A look (a read of ``/proc/loadavg``, ~2 us) holds for
+    :data:`LOAD_EVERY_S`; one that sees a third thread where the looks before did not holds
+    for :data:`RECHECK_S` only, its verdict still "free" (a passing thread: a daemon's wake);
+    a busy verdict stays while each look sees it. Where the read fails, the CPU count decides."""
     cpus = _cpus()
     running = _runnable() if cpus > 1 else None
-    _busy[0] = now + LOAD_EVERY_S
-    _busy[1] = busy = cpus < 2 or (running is not None and running > cpus)
+    over = running is not None and running > cpus
+    seen = min(_busy[2] + 1, BUSY_LOOKS) if over else 0
+    busy = cpus < 2 or seen >= BUSY_LOOKS
+    _busy[:] = [now + (RECHECK_S if over and not busy else LOAD_EVERY_S), busy, seen]
     return busy
 
 
