@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import os
 import platform
+import signal
+import sys
 import threading
 
 import numpy as np
@@ -163,3 +165,56 @@ def test_a_running_lane_keeps_the_split_worker_from_spinning(spin, monkeypatch):
         assert pool._lanes[0] == 0 and worker.is_alive()
     finally:
         pool.close(30)
+
+
+def test_a_caller_interrupted_in_its_spin_waits_for_the_chunk_a_worker_computes(
+        spin, monkeypatch):
+    """A signal's exception (Ctrl-C) noted while the caller spins on the done word is raised
+    as the spin returns: it goes up only once the worker's chunk ended, as from the lock's
+    wait (``_ChunkQueue.finish``). Here the spin ends on its word, stored by the test while
+    the chunk still computes, as the bound passing would end it. (The interrupt used to
+    leave ``finish`` at once, the worker still writing into the kernel's outputs.)"""
+    if threading.current_thread() is not threading.main_thread() or not hasattr(
+            signal, "pthread_kill"):
+        pytest.skip("signals reach the main thread only")
+    monkeypatch.setattr(join_spin, "SPIN_US", 60e6)  # (the test ends the spin itself)
+
+    class Interrupt(Exception):
+        pass
+
+    def interrupt(signum, frame):
+        raise Interrupt()
+    main = threading.main_thread().ident
+    started, returned, finished = threading.Event(), threading.Event(), []
+
+    def in_frame(names):
+        frame = sys._current_frames().get(main)
+        return frame is not None and frame.f_code.co_name in names
+
+    def chunk(start, stop):
+        if threading.get_ident() == main:
+            assert started.wait(30)  # a worker took the other chunk
+            return
+        started.set()
+        for _ in range(30000):  # (30 s at most) until the caller spins on the word
+            if in_frame(("wait",)) and intra_op._current.queue._word is not None:
+                break
+            returned.wait(0.001)
+        signal.pthread_kill(main, signal.SIGUSR1)  # (noted; raised as the spin returns)
+        join_spin.done(intra_op._current.queue._word)  # the spin ends, this chunk computes
+        for _ in range(30000):  # until the caller waits for this chunk, or left without it
+            if returned.is_set() or in_frame(("_wait_out", "_sleeper")):
+                break
+            returned.wait(0.001)
+        finished.append(True)
+    pool = intra_op.IntraOpPool(2)
+    previous = signal.signal(signal.SIGUSR1, interrupt)
+    try:
+        with pytest.raises(Interrupt):
+            pool.run(chunk, [(0, 1), (1, 2)], waits=True)
+        seen = list(finished)
+    finally:
+        returned.set()
+        signal.signal(signal.SIGUSR1, previous)
+        pool.close(30)
+    assert seen == [True]
