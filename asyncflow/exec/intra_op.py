@@ -512,31 +512,38 @@ class _ChunkQueue:
             if word is None:
                 waiter = self._waiter = threading.Lock()
                 waiter.acquire()
-        if word is not None:
-            if join_spin.wait(word):
-                return left
-            with self._lock:  # (the spin's bound passed: the worker releases the lock)
-                if not self._active:
+        try:  # (the spin inside: a Ctrl-C noted during it is raised as it returns)
+            if word is not None:
+                if join_spin.wait(word):
                     return left
-                waiter = self._waiter = threading.Lock()
+                waiter = self._sleeper()  # (the bound passed: the worker releases the lock)
+            if waiter is not None:
                 waiter.acquire()
-        try:
-            waiter.acquire()
         except BaseException as exc:  # a signal's (Ctrl-C): the chunks still write, wait
             self.stopped = True  # (for them only: their waits end, ``IntraOpPool.wait``)
-            self._wait_out(waiter)
+            self._wait_out()
             raise exc
         return left
 
-    def _wait_out(self, waiter):
-        """Wait until no worker computes a chunk (``waiter`` is released when the last one
-        ends: a chunk's time at most), whatever further signals raise meanwhile; the
-        interruption may have come after ``waiter`` was acquired, so the count decides."""
+    def _sleeper(self):
+        """The caller's lock, held, that the last worker releases; None once no worker
+        computes a chunk."""
+        with self._lock:
+            if not self._active:
+                return None
+            if self._waiter is None:
+                self._waiter = threading.Lock()
+                self._waiter.acquire()
+            return self._waiter
+
+    def _wait_out(self):
+        """Wait until no worker computes a chunk (the caller's lock is released when the last
+        one ends: a chunk's time at most), whatever further signals raise meanwhile; the
+        interruption may have come after the lock was acquired, so the count decides."""
         while True:
             try:
-                with self._lock:
-                    if not self._active:
-                        return
+                if (waiter := self._sleeper()) is None:
+                    return
                 waiter.acquire()
             except BaseException:  # noqa: BLE001 -- the first interruption is raised after
                 continue

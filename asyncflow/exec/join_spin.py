@@ -25,10 +25,15 @@ released for the call, the CPU's ``pause`` between reads):
   already), so the caller that sees it finds the GIL free.
 
 Both are bounded: a worker that lost its core or a long chunk costs the spinning thread's core
-``SPIN_US`` or ``IDLE_US`` at most. What it must not know: anything of kernels or chunks.
+``SPIN_US`` or ``IDLE_US`` at most. On a machine with more running threads than cores (a CPU
+hog beside it, another process splitting) a spin takes the core the thread it waits for needs:
+always spinning, the MLP's step was 1.4-1.6x slower there than with no spin (bench/RESULTS.md,
+r49mlp). So a spin that lost its CPU (two reads of the cycle counter more than ``GAP_US``
+apart) ends at once, and it or a caller's spin whose bound passed turns both spins off for
+``BACKOFF_S`` (``quiet``). What it must not know: anything of kernels or chunks.
 Where it does not apply, ``word()`` answers None and ``idle`` returns at once, and every split
 sleeps as before: numba missing or compiled loops off (``kernels/jit``), a CPU other than
-x86-64, ``SPIN_US`` 0, or the loops not compiled yet. They are compiled (or loaded from
+x86-64, ``SPIN_US`` 0, the loops not compiled yet, or a back-off in force. They are compiled (or loaded from
 numba's disk cache) on a daemon thread started as a process claims BLAS for a CPU device
 (``start``), never on the event loop's thread.
 """
@@ -57,19 +62,43 @@ class Statistics:
     """``statistics()``: the process's split joins that spun, by how they ended."""
     caught: int     # the word was stored within ``SPIN_US``
     timed_out: int  # the bound passed first: the caller slept on the split's lock
+    lost_cpu: int = 0  # spins (the caller's or a worker's idle one) that lost their CPU
 
 
 def statistics():
     """The spins so far (a frozen ``Statistics``)."""
-    return Statistics(*_counts)
+    return Statistics(*_counts, _preempted[0])
 _start_lock = threading.Lock()
 _started = False
+
+
+# A spin that lost its CPU (two reads of the cycle counter more than ``GAP_US`` apart: the
+# machine has more running threads than cores, a CPU hog beside it or another process
+# splitting) ends at once, and no thread of the process spins for ``BACKOFF_S`` after: a spin
+# there takes the core the thread it waits for, or another process, needs (the MLP's step
+# 1.4-1.6x slower beside a CPU hog with the spins always on; bench/RESULTS.md, r49mlp).
+GAP_US = 50.0
+BACKOFF_S = 0.2
+_quiet_until = 0.0  # (``_monotonic()``) no spin before this
+_monotonic = time.monotonic
+_preempted = [0]  # spins that lost their CPU (statistics)
+
+
+def _lost_cpu():
+    global _quiet_until
+    _preempted[0] += 1
+    _quiet_until = _monotonic() + BACKOFF_S
+
+
+def quiet():
+    """Whether the spins are off now, a spin having lost its CPU within ``BACKOFF_S``."""
+    return _quiet_until > 0 and _monotonic() < _quiet_until
 
 
 def word():
     """A fresh done word for one split, or None where the spin does not apply (the split then
     waits on its lock)."""
-    if not _functions or SPIN_US <= 0:
+    if not _functions or SPIN_US <= 0 or quiet():
         return None
     return np.zeros(1, np.int64)
 
@@ -86,13 +115,16 @@ def idle(word, bell, seen, lanes):
     released: ``word`` (or None) stored first; it ends as ``bell[0]`` changes, after
     ``IDLE_US``, or once ``lanes[0]`` is not 0 (the pool's lane thread runs: it needs the
     core); False at once where the spin does not apply."""
-    if not _functions or IDLE_US <= 0 or SPIN_US <= 0 or lanes[0]:
+    if not _functions or IDLE_US <= 0 or SPIN_US <= 0 or lanes[0] or quiet():
         if word is not None:
             word[0] = 1
         return False
     ticks = _functions[2]
-    return _functions[3](_SCRATCH if word is None else word, bell, seen, lanes,
-                         int(IDLE_US * ticks), int(IDLE_GRACE_US * ticks))
+    code = _functions[3](_SCRATCH if word is None else word, bell, seen, lanes,
+                         int(IDLE_US * ticks), int(IDLE_GRACE_US * ticks), int(GAP_US * ticks))
+    if code == 2:
+        _lost_cpu()
+    return code == 1
 
 
 def done(flag):
@@ -103,9 +135,11 @@ def done(flag):
 def wait(flag):
     """Spin until ``flag`` holds 1 (True) or ``SPIN_US`` passed (False), the GIL released."""
     spin, ticks = _functions[1], _functions[2]
-    caught = spin(flag, int(SPIN_US * ticks))
-    _counts[0 if caught else 1] += 1
-    return caught
+    code = spin(flag, int(SPIN_US * ticks), int(GAP_US * ticks))
+    if code != 1:  # (a worker not done within the bound: most likely it waits for a core)
+        _lost_cpu()
+    _counts[0 if code == 1 else 1] += 1
+    return code == 1
 
 
 def start(on_loaded=None):
@@ -157,15 +191,16 @@ def _build():
     from asyncflow.exec import join_spin_loops as loops
 
     flag = np.zeros(1, np.int64)
-    if loops.spin(flag, 1000):  # (an unset word times out)
+    if loops.spin(flag, 1000, 1 << 60):  # (an unset word times out)
         raise RuntimeError("join_spin: the spin saw a word never stored")
     loops.store(flag)
-    if not loops.spin(flag, 1000):
+    if loops.spin(flag, 1000, 1 << 60) != 1:
         raise RuntimeError("join_spin: the spin missed a stored word")
     start, began = loops.clock(), time.perf_counter()
     time.sleep(0.02)
     ticks = (loops.clock() - start) / ((time.perf_counter() - began) * 1e6)
     if not ticks > 0:
         raise RuntimeError("join_spin: the cycle counter does not advance")
-    loops.idle(np.zeros(1, np.int64), flag, 0, np.zeros(1, np.int64), 1000, 0)  # (compiled)
+    loops.idle(np.zeros(1, np.int64), flag, 0, np.zeros(1, np.int64), 1000, 0,
+               1 << 60)  # (compiled)
     return loops.store, loops.spin, ticks, loops.idle

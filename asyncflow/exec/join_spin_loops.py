@@ -56,15 +56,21 @@ def store(flag):
 
 
 @numba.njit(nogil=True, cache=True)
-def spin(flag, ticks):
-    """Wait until ``flag[0]`` is not 0 (True) or ``ticks`` of the cycle counter passed (False
-    where it is still 0 then)."""
-    deadline = _cycles() + ticks
+def spin(flag, ticks, gap):
+    """Wait until ``flag[0]`` is not 0 (1), ``ticks`` of the cycle counter passed (0 where it
+    is still 0 then) or two reads of the counter lie more than ``gap`` apart (2: the thread
+    lost its CPU while it spun, the machine has more running threads than cores)."""
+    last = _cycles()
+    deadline = last + ticks
     while _load(flag) == 0:
         _pause()
-        if _cycles() > deadline:
-            return _load(flag) != 0
-    return True
+        now = _cycles()
+        if now - last > gap:
+            return 1 if _load(flag) != 0 else 2
+        if now > deadline:
+            return 1 if _load(flag) != 0 else 0
+        last = now
+    return 1
 
 
 @numba.njit(nogil=True, cache=True)
@@ -74,19 +80,25 @@ def clock():
 
 
 @numba.njit(nogil=True, cache=True)
-def idle(word, bell, seen, lanes, ticks, grace):
+def idle(word, bell, seen, lanes, ticks, grace, gap):
     """A split worker between hand-offs: store 1 into ``word`` (a split's done word, or a
-    scratch one), then wait until ``bell[0]`` differs from ``seen`` (a hand-off was posted),
-    ``ticks`` passed or ``lanes[0]`` is not 0 (the lane thread runs: the core is its); once
-    the bell rang, wait ``grace`` ticks more (the poster's Python up to its own chunk's BLAS
-    call, which frees the GIL). True where the bell rang."""
+    scratch one), then wait until ``bell[0]`` differs from ``seen`` (a hand-off was posted:
+    1), ``ticks`` passed or ``lanes[0]`` is not 0 (the lane thread runs: the core is its; 0),
+    or two reads of the cycle counter lie more than ``gap`` apart (2: the thread lost its CPU
+    while it spun); once the bell rang, wait ``grace`` ticks more (the poster's Python up to
+    its own chunk's BLAS call, which frees the GIL)."""
     _store_one(word)
-    deadline = _cycles() + ticks
+    last = _cycles()
+    deadline = last + ticks
     while _load(bell) == seen:
         _pause()
-        if _cycles() > deadline or _load(lanes) != 0:
-            return False
+        now = _cycles()
+        if now - last > gap:
+            return 2
+        if now > deadline or _load(lanes) != 0:
+            return 0
+        last = now
     deadline = _cycles() + grace
     while _cycles() < deadline:
         _pause()
-    return True
+    return 1

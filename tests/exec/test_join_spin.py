@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import os
 import platform
+import signal
+import sys
 import threading
 
 import numpy as np
@@ -24,6 +26,8 @@ def spin(monkeypatch):
     if not join_spin.ready(120):
         pytest.skip("the spin's loops did not compile here")
     monkeypatch.setattr(join_spin, "SPIN_US", 500.0)
+    monkeypatch.setattr(join_spin, "GAP_US", 1e9)  # (a loaded machine's preemption: no back-off)
+    monkeypatch.setattr(join_spin, "_quiet_until", 0.0)
     return join_spin
 
 
@@ -60,16 +64,22 @@ def _split_with_a_late_worker(pool, release_after_waiting):
 def test_the_loops_wait_for_the_word_and_the_bell(spin):
     store, wait, ticks, idle = join_spin._functions
     word, bell, lanes = (np.zeros(1, np.int64) for _ in range(3))
-    assert not wait(word, int(100 * ticks))  # an unset word: the bound passes
+    never = 1 << 60  # (no gap ends the spin)
+    assert wait(word, int(100 * ticks), never) == 0  # an unset word: the bound passes
     store(word)
-    assert wait(word, int(100 * ticks))
+    assert wait(word, int(100 * ticks), never) == 1
     other = np.zeros(1, np.int64)
-    assert not idle(other, bell, 0, lanes, int(100 * ticks), 0)  # no bell in 100 us
+    assert idle(other, bell, 0, lanes, int(100 * ticks), 0, never) == 0  # no bell in 100 us
     assert other[0] == 1  # (the word is stored first)
     bell[0] = 1
-    assert idle(other, bell, 0, lanes, int(1e6 * ticks), 0)
+    assert idle(other, bell, 0, lanes, int(1e6 * ticks), 0, never) == 1
     lanes[0] = 1  # a lane runs: the idle spin ends at once, however long its bound
-    assert not idle(other, bell, 1, lanes, int(60e6 * ticks), 0)
+    assert idle(other, bell, 1, lanes, int(60e6 * ticks), 0, never) == 0
+    # Two reads of the cycle counter further apart than ``gap`` (here 0 ticks: any two): the
+    # thread lost its CPU; both spins end at once, however long their bounds.
+    assert wait(np.zeros(1, np.int64), int(60e6 * ticks), 0) == 2
+    lanes[0] = 0
+    assert idle(other, bell, 1, lanes, int(60e6 * ticks), 0, 0) == 2
 
 
 def test_a_spinning_caller_still_waits_for_the_worker_s_chunk(spin, monkeypatch):
@@ -161,5 +171,83 @@ def test_a_running_lane_keeps_the_split_worker_from_spinning(spin, monkeypatch):
         leave.set()
         future.result(30)
         assert pool._lanes[0] == 0 and worker.is_alive()
+    finally:
+        pool.close(30)
+
+
+def test_a_caller_interrupted_in_its_spin_waits_for_the_chunk_a_worker_computes(
+        spin, monkeypatch):
+    """A signal's exception (Ctrl-C) noted while the caller spins on the done word is raised
+    as the spin returns: it goes up only once the worker's chunk ended, as from the lock's
+    wait (``_ChunkQueue.finish``). Here the spin ends on its word, stored by the test while
+    the chunk still computes, as the bound passing would end it. (The interrupt used to
+    leave ``finish`` at once, the worker still writing into the kernel's outputs.)"""
+    if threading.current_thread() is not threading.main_thread() or not hasattr(
+            signal, "pthread_kill"):
+        pytest.skip("signals reach the main thread only")
+    monkeypatch.setattr(join_spin, "SPIN_US", 60e6)  # (the test ends the spin itself)
+
+    class Interrupt(Exception):
+        pass
+
+    def interrupt(signum, frame):
+        raise Interrupt()
+    main = threading.main_thread().ident
+    started, returned, finished = threading.Event(), threading.Event(), []
+
+    def in_frame(names):
+        frame = sys._current_frames().get(main)
+        return frame is not None and frame.f_code.co_name in names
+
+    def chunk(start, stop):
+        if threading.get_ident() == main:
+            assert started.wait(30)  # a worker took the other chunk
+            return
+        started.set()
+        for _ in range(30000):  # (30 s at most) until the caller spins on the word
+            if in_frame(("wait",)) and intra_op._current.queue._word is not None:
+                break
+            returned.wait(0.001)
+        signal.pthread_kill(main, signal.SIGUSR1)  # (noted; raised as the spin returns)
+        join_spin.done(intra_op._current.queue._word)  # the spin ends, this chunk computes
+        for _ in range(30000):  # until the caller waits for this chunk, or left without it
+            if returned.is_set() or in_frame(("_wait_out", "_sleeper")):
+                break
+            returned.wait(0.001)
+        finished.append(True)
+    pool = intra_op.IntraOpPool(2)
+    previous = signal.signal(signal.SIGUSR1, interrupt)
+    try:
+        with pytest.raises(Interrupt):
+            pool.run(chunk, [(0, 1), (1, 2)], waits=True)
+        seen = list(finished)
+    finally:
+        returned.set()
+        signal.signal(signal.SIGUSR1, previous)
+        pool.close(30)
+    assert seen == [True]
+
+
+def test_a_spin_that_lost_its_cpu_turns_the_spins_off_for_a_while(spin, monkeypatch):
+    """A spin that lost its CPU (here every spin: ``GAP_US`` 0) ends at once and turns both
+    spins off for ``BACKOFF_S``: the caller sleeps on the split's lock, still waiting for the
+    worker's chunk, and the next splits make no done word (``word()`` None) until the back-off
+    ends. (Always spinning, the MLP's step was 1.4-1.6x slower beside a CPU hog.)"""
+    monkeypatch.setattr(join_spin, "SPIN_US", 60e6)
+    monkeypatch.setattr(join_spin, "GAP_US", 0.0)
+    now = [1000.0]
+    monkeypatch.setattr(join_spin, "_monotonic", lambda: now[0])
+    pool = intra_op.IntraOpPool(2)
+    before = join_spin.statistics()
+    try:
+        done, early = _split_with_a_late_worker(pool, 0.2)
+        assert not early and sorted(done[:2]) == [0, 1] and done[2:] == ["returned"]
+        assert join_spin.quiet() and join_spin.word() is None
+        after = join_spin.statistics()
+        assert after.lost_cpu > before.lost_cpu and after.caught == before.caught
+        pool.run(lambda start, stop: None, [(0, 1), (1, 2)])  # (asleep on the lock: counted
+        assert join_spin.statistics().timed_out == after.timed_out  # as no spin)
+        now[0] += join_spin.BACKOFF_S
+        assert not join_spin.quiet() and join_spin.word() is not None
     finally:
         pool.close(30)
