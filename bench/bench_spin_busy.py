@@ -116,11 +116,21 @@ def cpu_s(pid):
     return total / 1e9
 
 
+def _parent(pid):
+    """The parent of ``pid`` (``/proc/<pid>/stat``, the field after the state), or None."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            return int(handle.read().rsplit(b")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def cluster_pids(spec):
-    """{"ps": pid, "worker": pid} of this process's children serving ``spec``."""
-    found, wanted = {}, json.dumps(spec).encode()
+    """{"ps": pid, "worker": pid} of this process's children serving ``spec`` (only its own:
+    SIGUSR1 goes to the worker found, and another's process would die of it)."""
+    found, wanted, me = {}, json.dumps(spec).encode(), os.getpid()
     for entry in os.listdir("/proc"):
-        if not entry.isdigit():
+        if not entry.isdigit() or _parent(entry) != me:
             continue
         try:
             with open(f"/proc/{entry}/cmdline", "rb") as handle:
@@ -148,6 +158,15 @@ def parse_load(text):
                      "(burst under period)")
 
 
+def compiler():
+    """The C compiler that builds the daemon load (``cc`` on the PATH), or a ValueError."""
+    found = shutil.which("cc")
+    if not found:
+        raise ValueError("load daemon: its C program needs a compiler, and no cc is on the PATH "
+                         "(install one, or leave daemon loads out of --loads)")
+    return found
+
+
 @contextlib.contextmanager
 def background(load, build_dir, ray_python=""):
     """The load started; yields a function that lists its processes' pids (none: quiet).
@@ -172,11 +191,10 @@ def background(load, build_dir, ray_python=""):
     else:
         binary = os.path.join(build_dir, "daemon")
         if not os.path.exists(binary):
-            source = binary + ".c"
+            cc, source = compiler(), binary + ".c"
             with open(source, "w") as handle:
                 handle.write(_DAEMON_C)
-            subprocess.run([shutil.which("cc") or "cc", "-O2", "-pthread", "-o", binary, source],
-                           check=True)
+            subprocess.run([cc, "-O2", "-pthread", "-o", binary, source], check=True)
         command = [binary, *map(str, shape)]
     proc = subprocess.Popen(command)
     try:
@@ -313,7 +331,8 @@ def main(argv=None):
     args = parser.parse_args(argv)
     for load in args.loads.split(","):
         try:
-            parse_load(load)
+            if parse_load(load)[0] == "daemon":
+                compiler()  # (before the clusters start)
         except ValueError as error:
             parser.error(str(error))
     import trio

@@ -606,6 +606,20 @@ def test_looks_over_the_cpus_must_be_in_a_row(monkeypatch, clock):
     assert verdicts == [False] * 4 and reads == times
 
 
+def test_looks_far_apart_are_not_in_a_row(monkeypatch, clock):
+    # a third thread seen once, then again long after (the process idle between: no look
+    # taken): a first sighting again, not a second in a row; and a busy verdict seen again
+    # long after it ran out needs its second look too
+    recheck, every = bare_io.RECHECK_S, bare_io.LOAD_EVERY_S
+    times = [0.0, 1.0, 1.0 + recheck, 2.0 + recheck]
+    verdicts, reads = _looks_over_time(monkeypatch, clock, [3, 3, 3, 3], times)
+    assert verdicts == [False, False, True, False] and reads == times
+    assert bare_io._busy == [times[-1] + recheck, False, 1]
+    # the bound: a look taken within LOAD_EVERY_S of when the verdict before ran out is in a row
+    verdicts, _ = _looks_over_time(monkeypatch, clock, [3, 3], [3.0, 3.0 + recheck + every])
+    assert verdicts == [False, True]
+
+
 def test_one_busy_look_is_the_rule_before_where_busy_looks_is_one(monkeypatch, clock):
     monkeypatch.setattr(bare_io, "BUSY_LOOKS", 1)
     every = bare_io.LOAD_EVERY_S

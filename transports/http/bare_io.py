@@ -70,7 +70,8 @@ from transports.schema import PREFIX
 from transports.wire import SMALL_HEADER_BYTES, ChecksumTrailer, encode_prepared
 
 __all__ = ["ANSWER_TRIES", "BUSY_LOOKS", "CALLS", "COUNTS", "Calls", "LOAD_EVERY_S",
-           "NEXT_CALL_TRIES", "RECHECK_S", "RECV", "RequestBody", "SPIN_ENV", "ServerConnection", "WARM_WAITS", "WHOLE_FRAME_BYTES",
+           "NEXT_CALL_TRIES", "RECHECK_S", "RECV", "RequestBody", "SPIN_ENV", "ServerConnection",
+           "WARM_WAITS", "WHOLE_FRAME_BYTES",
            "decide", "learn_wait", "late_call", "machine_busy", "one_way_failed",
            "prepared_reply", "quota_cpus", "read_once", "read_whole", "reads_whole",
            "set_spin_window", "shut_reading", "small_pieces", "spin_window_s", "write_now",
@@ -252,11 +253,14 @@ def machine_busy(now: float) -> bool:
     :data:`BUSY_LOOKS` looks in a row. A look (a read of ``/proc/loadavg``, ~2 us) holds for
     :data:`LOAD_EVERY_S`; one that sees a third thread where the looks before did not holds
     for :data:`RECHECK_S` only, its verdict still "free" (a passing thread: a daemon's wake);
-    a busy verdict stays while each look sees it. Where the read fails, the CPU count decides."""
+    a busy verdict stays while each look sees it. Looks are in a row only while each comes
+    within :data:`LOAD_EVERY_S` of when the verdict before ran out (a process idle between two
+    sightings has not seen one thread twice). Where the read fails, the CPU count decides."""
     cpus = _cpus()
     running = _runnable() if cpus > 1 else None
     over = running is not None and running > cpus
-    seen = min(_busy[2] + 1, BUSY_LOOKS) if over else 0
+    in_row = now - _busy[0] <= LOAD_EVERY_S  # (a look long after the last is a first one)
+    seen = min(_busy[2] * in_row + 1, BUSY_LOOKS) if over else 0
     busy = cpus < 2 or seen >= BUSY_LOOKS
     _busy[:] = [now + (RECHECK_S if over and not busy else LOAD_EVERY_S), busy, seen]
     return busy
