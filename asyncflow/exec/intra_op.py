@@ -96,7 +96,7 @@ def claim_blas():
             return
         _claimed = True
     _hold_blas_single_thread()
-    join_spin.start(hold_blas_loaded_since)  # (compiled on a thread of its own)
+    join_spin.arm(hold_blas_loaded_since)  # (compiled by the first split, on a thread)
 
 
 def hold_blas_loaded_since():
@@ -211,6 +211,7 @@ class IntraOpPool:
             try:
                 if helpers > 0 and (workers := self._workers()) is not None:
                     workers.post(queue.help, helpers)
+                    join_spin.posted()
                 if joiner is not None and not joiner.offer(queue.help):
                     joiner = None
                 queue.drain(fn, caller_limit)

@@ -33,9 +33,11 @@ apart) ends at once, and it or a caller's spin whose bound passed turns both spi
 ``BACKOFF_S`` (``quiet``). What it must not know: anything of kernels or chunks.
 Where it does not apply, ``word()`` answers None and ``idle`` returns at once, and every split
 sleeps as before: numba missing or compiled loops off (``kernels/jit``), a CPU other than
-x86-64, ``SPIN_US`` 0, the loops not compiled yet, or a back-off in force. They are compiled (or loaded from
-numba's disk cache) on a daemon thread started as a process claims BLAS for a CPU device
-(``start``), never on the event loop's thread.
+x86-64, ``SPIN_US`` 0, the loops not compiled yet, or a back-off in force. They are compiled (or
+loaded from numba's disk cache) on a daemon thread that the process's first split handed to a
+worker starts (``posted``), once a CPU device claimed BLAS (``arm``), never on the event loop's
+thread: a process that never splits a kernel (a worker serving small steps) spends no CPU on
+them.
 """
 from __future__ import annotations
 
@@ -142,11 +144,31 @@ def wait(flag):
     return code == 1
 
 
+_armed: list = []  # ``arm``'s callback: the compile waits for the process's first split
+
+
+def arm(on_loaded=None):
+    """Let the process's first split handed to a worker (``posted``) compile the functions
+    with ``start``;
+    ``on_loaded`` as there. Called as a process claims BLAS for a CPU device: a process that
+    never splits (its steps too small) never compiles, nor spends a thread's CPU on it."""
+    if not _armed:
+        _armed.append(on_loaded)
+
+
+def posted():
+    """A split handed chunks to a pool worker: the process's first, after ``arm``, starts the
+    compile (until it is done, splits wait on their locks)."""
+    if _armed and not _started:
+        start(_armed[0])
+
+
 def start(on_loaded=None):
     """Compile the functions on a daemon thread (once a process; nothing where they cannot
     run, or with ``SPIN_US`` 0), then call ``on_loaded()`` there: numba's import loads
     scipy's OpenBLAS, whose threads the intra-op pool's BLAS hold must take in
-    (``intra_op.hold_blas_loaded_since``). Called as a process claims BLAS for a CPU device."""
+    (``intra_op.hold_blas_loaded_since``). Called by ``posted`` after ``arm`` (tests call it
+    directly)."""
     global _started, _functions
     with _start_lock:
         if _started or SPIN_US <= 0:

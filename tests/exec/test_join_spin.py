@@ -82,8 +82,14 @@ def test_the_loops_wait_for_the_word_and_the_bell(spin):
     assert idle(other, bell, 1, lanes, int(60e6 * ticks), 0, 0) == 2
 
 
-def test_a_spinning_caller_still_waits_for_the_worker_s_chunk(spin, monkeypatch):
-    monkeypatch.setattr(join_spin, "SPIN_US", 5e6)  # (the spin outlasts the test's wait)
+@pytest.mark.parametrize("spin_us, caught, timed_out", [
+    (5e6, 1, 0),  # the spin outlasts the test's wait: it still waits for the worker's chunk
+    (1000.0, 0, 1),  # its bound passes: it sleeps on the lock
+    (0.0, 0, 0),  # no spin: the lock alone
+])
+def test_a_split_s_caller_waits_for_the_worker_s_chunk_however_it_spins(
+        spin, monkeypatch, spin_us, caught, timed_out):
+    monkeypatch.setattr(join_spin, "SPIN_US", spin_us)
     pool = intra_op.IntraOpPool(2)
     before = join_spin.statistics()
     try:
@@ -92,32 +98,9 @@ def test_a_spinning_caller_still_waits_for_the_worker_s_chunk(spin, monkeypatch)
         pool.close(30)
     assert not early and sorted(done[:2]) == [0, 1] and done[2:] == ["returned"]
     after = join_spin.statistics()
-    assert (after.caught - before.caught, after.timed_out - before.timed_out) == (1, 0)
-
-
-def test_a_spin_whose_bound_passes_sleeps_on_the_lock(spin, monkeypatch):
-    monkeypatch.setattr(join_spin, "SPIN_US", 1000.0)
-    pool = intra_op.IntraOpPool(2)
-    before = join_spin.statistics()
-    try:
-        done, early = _split_with_a_late_worker(pool, 0.2)
-    finally:
-        pool.close(30)
-    assert not early and sorted(done[:2]) == [0, 1] and done[2:] == ["returned"]
-    after = join_spin.statistics()
-    assert (after.caught - before.caught, after.timed_out - before.timed_out) == (0, 1)
-
-
-def test_without_the_spin_the_split_waits_on_its_lock(spin, monkeypatch):
-    monkeypatch.setattr(join_spin, "SPIN_US", 0.0)
-    pool = intra_op.IntraOpPool(2)
-    before = join_spin.statistics()
-    try:
-        done, early = _split_with_a_late_worker(pool, 0.2)
-    finally:
-        pool.close(30)
-    assert not early and sorted(done[:2]) == [0, 1] and done[2:] == ["returned"]
-    assert join_spin.statistics() == before
+    assert (after.caught - before.caught, after.timed_out - before.timed_out) == (caught, timed_out)
+    if not spin_us:
+        assert after == before
 
 
 @pytest.mark.parametrize("idle_us", [0.0, 500.0, 5e6])
@@ -251,3 +234,30 @@ def test_a_spin_that_lost_its_cpu_turns_the_spins_off_for_a_while(spin, monkeypa
         assert not join_spin.quiet() and join_spin.word() is not None
     finally:
         pool.close(30)
+
+
+_LAZY = """
+import numpy as np
+from asyncflow.exec import intra_op, join_spin
+intra_op.claim_blas()
+assert not join_spin._started, "a claim alone started the compile"
+pool = intra_op.IntraOpPool(2)
+out = np.zeros(64)
+def work(start, stop):
+    out[start:stop] += 1
+pool.run(work, [(0, 32), (32, 64)])
+pool.close(30)
+assert (out == 1).all() and join_spin._started, "the first split handed over did not compile"
+print("ready" if join_spin.ready(120) else "not compiled")
+"""
+
+
+def test_the_loops_are_compiled_by_the_first_split_not_by_a_claim_of_blas(spin):
+    """A process that claims BLAS (a CPU device) but never splits a kernel, such as a worker
+    serving small steps, spends no thread's CPU on compiling the spin's loops; its first
+    split that a worker takes part in starts the compile (and runs on the lock meanwhile)."""
+    import subprocess
+    done = subprocess.run([sys.executable, "-c", _LAZY], capture_output=True, text=True,
+                          timeout=300, env={**os.environ, "PYTHONPATH": os.getcwd()})
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split()[-1] == "ready"
