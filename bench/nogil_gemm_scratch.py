@@ -24,6 +24,7 @@ from llvmlite import ir
 from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
+from asyncflow.exec.join_spin_loops import _pause  # (the CPU's pause between reads)
 
 # The job array's words (int64). The bell and the fields share the first cache line; the
 # worker's done word and timestamps the second; the caller's spin reads only those.
@@ -52,16 +53,6 @@ def _cblas():
 
 
 _sgemm, _dgemm = _cblas()
-
-
-@intrinsic
-def _pause(typingctx):
-    def codegen(context, builder, signature, args):
-        fn = cgutils.get_or_insert_function(
-            builder.module, ir.FunctionType(ir.VoidType(), []), "llvm.x86.sse2.pause")
-        builder.call(fn, [])
-        return context.get_dummy_value()
-    return types.none(), codegen
 
 
 @intrinsic
