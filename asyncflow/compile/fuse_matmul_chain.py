@@ -38,7 +38,7 @@ ENABLED = True
 ROW_MACS = 1 << 16
 
 
-def _layer(node, readers, controlling, pinned):
+def _layer(node, controlling, pinned):
     """Whether ``node`` may be a layer of a chain (its own conditions, not its link's)."""
     if (node.type != "_FusedMatMul" or not plain_on(node, node.device) or node in pinned
             or node in controlling or len(node.inputs) != 3 or len(node.out_specs) != 1
@@ -58,7 +58,7 @@ def _next(node, readers, controlling, pinned, chain, replaced):
         if (reader.inputs[0] == (node, 0) and reader.device == node.device
                 and not reader.attrs.get("transpose_a")
                 and reader.out_specs[0][0] == node.out_specs[0][0]
-                and _layer(reader, readers, controlling, pinned)
+                and _layer(reader, controlling, pinned)
                 and not any(depends_on(port, set(chain), replaced) for port in reader.inputs[1:])):
             return reader
     return None
@@ -73,10 +73,11 @@ def fuse_matmul_chain(node_graph):
     readers, controlling, pinned = fusion_view(graph)
     ports, replaced, dropped, added = {}, {}, set(), []
     for node in list(graph.nodes):
-        if node in dropped or not _layer(node, readers, controlling, pinned):
+        if node in dropped or not _layer(node, controlling, pinned):
             continue
         chain = [node]
-        while (following := _next(chain[-1], readers, controlling, pinned, chain, replaced)) is not None:
+        while (following := _next(chain[-1], readers, controlling, pinned, chain,
+                                  replaced)) is not None:
             chain.append(following)
         if len(chain) < 2:
             continue

@@ -359,7 +359,8 @@ class _Workers:
     Not a ``ThreadPoolExecutor``: a split hands off a bound method (``_ChunkQueue.help``) with
     one ``put`` (and a ring of ``bell``), and the caller waits for a worker's chunk on its done
     word or one lock, without a future, its condition and its callbacks. Between hand-offs a
-    split worker spins on ``bell`` a while before it sleeps on the queue (``exec/join_spin.py``). Measured on this 2-core VM (bench/RESULTS.md): a split of two
+    split worker spins on ``bell`` a while before it sleeps on the queue
+    (``exec/join_spin.py``). Measured on this 2-core VM (bench/RESULTS.md): a split of two
     GEMMs of ~170 us each took ~75 us longer than half their time with the executor (the
     caller started its own chunk 23 us after the call, the worker 27 us after that, and the
     caller was back 47 us after the worker's chunk ended).

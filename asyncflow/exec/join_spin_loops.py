@@ -1,7 +1,9 @@
 """The compiled halves of ``exec/join_spin.py``: a split worker's idle spin on its pool's bell
 (storing a split's done word first), a caller's bounded spin on that word, numba ``nogil``
-functions (the GIL released for the call), x86-64 only (the CPU's ``pause``). Imported only by ``join_spin``'s loading thread: importing this
-module imports numba and compiles (or loads from numba's disk cache) the functions."""
+functions (the GIL released for the call), x86-64 only (the CPU's ``pause``). In the package
+imported only by ``join_spin``'s loading thread (bench/nogil_gemm_scratch.py takes its
+``_pause``): importing this module imports numba and compiles (or loads from numba's disk
+cache) the functions."""
 from __future__ import annotations
 
 import numba

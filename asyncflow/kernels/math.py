@@ -232,13 +232,20 @@ def _fused_matmul(ctx, a, b, bias):
         a = a.swapaxes(-1, -2)
     if attrs["transpose_b"]:
         b = b.swapaxes(-1, -2)
-    if a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[0]:
-        raise errors.InvalidArgumentError(None, ctx.name, f"Matrix size-incompatible: In[0]: "
-                                          f"{list(a.shape)}, In[1]: {list(b.shape)}")
+    check_dense(ctx, a.shape, b, bias)
+    return (fused_product(ctx, a, b, bias, attrs["fused_ops"]),)
+
+
+def check_dense(ctx, a_shape, b, bias, where=""):
+    """A dense layer's operands (``b`` and ``bias`` as the product reads them) against ``a``'s
+    shape: an InvalidArgumentError naming the op, ``where`` before its message (a layer of
+    ``_FusedMatMulChain``, kernels/matmul_chain.py)."""
+    if len(a_shape) != 2 or b.ndim != 2 or a_shape[1] != b.shape[0]:
+        raise errors.InvalidArgumentError(None, ctx.name, f"{where}Matrix size-incompatible: "
+                                          f"In[0]: {list(a_shape)}, In[1]: {list(b.shape)}")
     if bias.shape != (b.shape[1],):
         raise errors.InvalidArgumentError(
-            None, ctx.name, f"bias has shape {list(bias.shape)}, expected [{b.shape[1]}]")
-    return (fused_product(ctx, a, b, bias, attrs["fused_ops"]),)
+            None, ctx.name, f"{where}bias has shape {list(bias.shape)}, expected [{b.shape[1]}]")
 
 
 def fused_product(ctx, a, b, bias, fused_ops):

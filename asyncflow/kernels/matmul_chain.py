@@ -41,14 +41,7 @@ def _layers(ctx, a, params):
         b, bias = params[2 * i], params[2 * i + 1]
         if tb:
             b = b.swapaxes(-1, -2)
-        if b.ndim != 2 or b.shape[0] != width:
-            raise errors.InvalidArgumentError(
-                None, ctx.name, f"{ctx.type}: layer {i}: Matrix size-incompatible: In[0]: "
-                f"{[a.shape[0], width]}, In[1]: {list(b.shape)}")
-        if bias.shape != (b.shape[1],):
-            raise errors.InvalidArgumentError(
-                None, ctx.name, f"{ctx.type}: layer {i}: bias has shape {list(bias.shape)}, "
-                f"expected [{b.shape[1]}]")
+        math_kernels.check_dense(ctx, (a.shape[0], width), b, bias, f"{ctx.type}: layer {i}: ")
         if b.dtype != a.dtype or bias.dtype != a.dtype:
             raise errors.InvalidArgumentError(
                 None, ctx.name, f"{ctx.type}: layer {i}: dtypes {a.dtype}, {b.dtype} and "
