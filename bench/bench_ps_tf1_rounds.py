@@ -32,7 +32,10 @@ Figures: ``mlp_il_ms`` and ``tf1_mlp_il_ms`` (each the median over all its chunk
 chunks' median over its even ones': an A/A), and the fairness check of each chunk's idle side:
 ``il_tf1_idle_cpu`` (the TF1 child's session, servers included, during our chunks) and
 ``il_ours_idle_cpu`` (our ps, worker and client during TF1's), in cores: neither side is
-stopped, so an idle side that burnt CPU would show here; ``tf1_left_killed``.
+stopped, so an idle side that burnt CPU would show here (idle for 2 s, the TF1 child and its
+servers burnt none; during our chunks 0-4% of a core, the tail of their chunk; SIGSTOPping them
+during ours, as bench_trivial_vs_ray does Ray, changed neither side's median: bench/RESULTS.md,
+c50psil); ``tf1_left_killed``.
 
 Run: ``.venv/bin/python bench/bench_ps_tf1_rounds.py --tf-python <TF> [--rounds 20]
 [--steps 100]``.
@@ -183,21 +186,10 @@ def _cluster_pids():
 
 
 def _pids_cpu_s(pids):
-    """On-CPU seconds of every thread of ``pids`` (schedstat, ns: the 10 ms tick of ``stat``
-    is a chunk's whole idle budget); a process or thread gone counts 0."""
-    total = 0
-    for pid in pids:
-        try:
-            threads = os.listdir(f"/proc/{pid}/task")
-        except OSError:
-            continue
-        for thread in threads:
-            try:
-                with open(f"/proc/{pid}/task/{thread}/schedstat") as handle:
-                    total += int(handle.read().split()[0])
-            except (OSError, ValueError, IndexError):
-                continue
-    return total / 1e9
+    """User + system CPU seconds of ``pids`` (``stat``: a thread that ended still counts, as
+    trio's thread cache's do in this process); a process gone counts 0."""
+    from bench_trivial_vs_ray import _cpu_s as cpu_s
+    return sum(cpu_s(pid) for pid in pids)
 
 
 # ``bench_trivial_vs_ray.summarize``'s figures (pooled medians, their ratio, each side's odd
