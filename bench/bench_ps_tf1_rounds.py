@@ -24,7 +24,7 @@ line is answered ``{"error": ...}``; at the end every process of its session is 
 **The interleaved series** (``mlp_interleaved``; ``bench_vs_tf1.py`` runs one a round at the end
 of its asyncflow side, on its cluster, and judges issue 34's PS MLP target on it): ours and
 TF1's step in strict turns, ours first, ``CHUNKS`` (10) chunks a side of ``STEPS`` (30) timed
-steps after ``CHUNK_WARMUP`` (5) untimed, both clusters up the whole series, so that both sides'
+steps after ``CHUNK_WARMUP`` (20) untimed, both clusters up the whole series, so that both sides'
 steps sample the same stretch of the host's phases (the order: bench_trivial_vs_ray's, where
 reversed pairs left half of a side's chunks after its own and its odd/even halves no A/A).
 Figures: ``mlp_il_ms`` and ``tf1_mlp_il_ms`` (each the median over all its chunks' timed steps),
@@ -82,9 +82,12 @@ def _runq_s(pid):
 
 # ----------------------------------------------------------------------------- TF1 child
 
-CHUNKS, STEPS, CHUNK_WARMUP = 10, 30, 5  # the interleaved series (bench_vs_tf1's, each round)
+# The interleaved series (bench_vs_tf1's, each round). 20 untimed steps a chunk: with 5, TF1's
+# chunks read 1.09x a contiguous 300-step series of the same child beside them (ours 0.99x);
+# with 20 both read 0.91x (bench/RESULTS.md, c50psil).
+CHUNKS, STEPS, CHUNK_WARMUP = 10, 30, 20
 START_DEADLINE_S = 120.0  # the child's start: TensorFlow's import, two servers, the first step
-RUN_DEADLINE_S = 60.0  # one ``run`` reply (30 + 5 steps of ~2-5 ms)
+RUN_DEADLINE_S = 60.0  # one ``run`` reply (50 steps of ~2-5 ms)
 
 
 def parse_command(line):

@@ -73,7 +73,7 @@ so one side could meet a slow phase the other missed (a round at 0.785 whose tri
 0.09 ms against 0.05 beside it). So after the scaling series, on the same cluster,
 ``bench_ps_tf1_rounds.py`` times ours and TF1's (a fresh TF1 cluster and ``grpc://`` session in
 a child of the TF interpreter, up for the series only) in alternating chunks (10 of 30 steps
-a side, 5 untimed before each) and prints ``mlp_il_ms``, ``tf1_mlp_il_ms``,
+a side, 20 untimed before each) and prints ``mlp_il_ms``, ``tf1_mlp_il_ms``,
 ``ps_mlp_over_tf1_il``, the A/As ``il_aa_ours_mlp`` and ``il_aa_tf1_mlp``, what each idle side
 burnt during the other's chunks (``il_tf1_idle_cpu``, ``il_ours_idle_cpu``, in cores) and
 ``tf1_left_killed``; beside them ``mlp_il_over_seq`` and ``tf1_mlp_il_over_seq``, each side's
