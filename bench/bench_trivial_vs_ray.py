@@ -115,28 +115,29 @@ def parse_command(line):
                      "with 0 < SECONDS <= 10, 'compile', 'teardown' or 'quit')")
 
 
-def parse_reply(line, command):
-    """The JSON object the Ray child answered to ``command``; RuntimeError naming both where the
-    line is not one, is empty (the child ended) or carries the child's ``error``."""
+def parse_reply(line, command, who="Ray child"):
+    """The JSON object the Ray child (or ``who``: bench_ps_tf1_rounds' TF1 child speaks the same
+    replies) answered to ``command``; RuntimeError naming both where the line is not one, is
+    empty (the child ended) or carries the child's ``error``."""
     if not line:
-        raise RuntimeError(f"Ray child: no reply to {command!r} (it ended)")
+        raise RuntimeError(f"{who}: no reply to {command!r} (it ended)")
     try:
         reply = json.loads(line)
     except ValueError:
         reply = None
     if not isinstance(reply, dict):
-        raise RuntimeError(f"Ray child: reply to {command!r} is not a JSON object: "
+        raise RuntimeError(f"{who}: reply to {command!r} is not a JSON object: "
                            f"{line.strip()[:200]!r}")
     if "error" in reply:
-        raise RuntimeError(f"Ray child: {command!r} failed: {reply['error']}")
+        raise RuntimeError(f"{who}: {command!r} failed: {reply['error']}")
     name = command.split()[0] if command.split() else ""
     if name in ("chunk", "run") and not (isinstance(reply.get("times"), list)
                                          and reply["times"]):
-        raise RuntimeError(f"Ray child: reply to {command!r} has no step times: "
+        raise RuntimeError(f"{who}: reply to {command!r} has no step times: "
                            f"{line.strip()[:200]!r}")
     key = {"compile": "compile_s", "teardown": "teardown_s"}.get(name)
     if key and not isinstance(reply.get(key), (int, float)):
-        raise RuntimeError(f"Ray child: reply to {command!r} has no {key!r}: "
+        raise RuntimeError(f"{who}: reply to {command!r} has no {key!r}: "
                            f"{line.strip()[:200]!r}")
     return reply
 
@@ -309,11 +310,13 @@ def start_ray_child(ray_python, deadline_s=REPLY_DEADLINE_S):
 
 class ChildSession:
     """A child process that speaks the line protocol above, in a session of its own, so that
-    every process it starts (Ray's raylet, GCS, workers, actors) can be found, stopped during
-    our chunks (``freeze``, ``thaw``) and waited for at the end (``close``). ``ready``: its
-    first reply; ``ask`` sends one command and returns the parsed reply."""
+    every process it starts (Ray's raylet, GCS, workers, actors; TF1's servers for
+    bench_ps_tf1_rounds, ``who`` naming it in errors) can be found, stopped during our chunks
+    (``freeze``, ``thaw``) and waited for at the end (``close``). ``ready``: its first reply;
+    ``ask`` sends one command and returns the parsed reply."""
 
-    def __init__(self, argv, deadline_s=REPLY_DEADLINE_S):
+    def __init__(self, argv, deadline_s=REPLY_DEADLINE_S, who="Ray child"):
+        self.who = who
         self._stderr = tempfile.TemporaryFile(mode="w+")
         self._frozen = []
         self._ending = False  # set by ``thaw_on_sigterm``'s handler: no further SIGSTOP
@@ -339,10 +342,10 @@ class ChildSession:
                 line = ""
                 break
             if time.monotonic() >= end:
-                raise RuntimeError(f"Ray child: no reply to {command!r} within {deadline_s:g} s"
+                raise RuntimeError(f"{self.who}: no reply to {command!r} within {deadline_s:g} s"
                                    f"{self._stderr_tail()}")
         try:
-            return parse_reply(line, command)
+            return parse_reply(line, command, self.who)
         except RuntimeError as exc:
             raise RuntimeError(f"{exc}{self._stderr_tail()}") from None
 
@@ -352,8 +355,9 @@ class ChildSession:
         return f"; its stderr ends: {tail}" if tail else ""
 
     def ask(self, command, deadline_s=REPLY_DEADLINE_S):
-        self.proc.stdin.write(command + "\n")
-        self.proc.stdin.flush()
+        with _gone():  # a child that ended is reported by ``_read``, with its stderr
+            self.proc.stdin.write(command + "\n")
+            self.proc.stdin.flush()
         return self._read(command, deadline_s)
 
     def freeze(self, deadline_s=2.0):
@@ -372,7 +376,7 @@ class ChildSession:
                 return len(self._frozen)
             if time.monotonic() > end:
                 self.thaw()
-                raise RuntimeError(f"Ray child: processes {running} not stopped within "
+                raise RuntimeError(f"{self.who}: processes {running} not stopped within "
                                    f"{deadline_s} s of SIGSTOP")
             time.sleep(0.0005)
 

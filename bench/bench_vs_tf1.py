@@ -65,6 +65,20 @@ included, stopped during our chunks) and prints
 chunks over its even ones (``il_aa_ours``, ``il_aa_ray``) and its fairness checks (that module's
 docstring). Every process of that Ray child is gone before the round goes on.
 
+**Issue 34's "PS MLP at most 0.7x TF1" is judged on ``ps_mlp_over_tf1_il``**, not on the
+sequential ``mlp_ms`` ratio (still printed) for the same reason: both frameworks' PS step follows
+the host's phase (a round's step tracks its three processes' CPU time a step, up to ~1.9x apart
+for the same work: bench/RESULTS.md, c48ps), and the sequential figures are timed 20-40 s apart,
+so one side could meet a slow phase the other missed (a round at 0.785 whose trivial step read
+0.09 ms against 0.05 beside it). So after the scaling series, on the same cluster,
+``bench_ps_tf1_rounds.py`` times ours and TF1's (a fresh TF1 cluster and ``grpc://`` session in
+a child of the TF interpreter, up for the series only) in alternating chunks (10 of 30 steps
+a side, 20 untimed before each) and prints ``mlp_il_ms``, ``tf1_mlp_il_ms``,
+``ps_mlp_over_tf1_il``, the A/As ``il_aa_ours_mlp`` and ``il_aa_tf1_mlp``, what each idle side
+burnt during the other's chunks (``il_tf1_idle_cpu``, ``il_ours_idle_cpu``, in cores) and
+``tf1_left_killed``; beside them ``mlp_il_over_seq`` and ``tf1_mlp_il_over_seq``, each side's
+interleaved median over its sequential one in the round (the fairness check: near 1 for both).
+
 Ray's compiled graph waits by spinning: its shared-memory channel's reader (the actor waiting
 for its input, the driver in ``ray.get``) loops on ``sched_yield`` and a ``sem_trywait`` until
 the value is there (strace of the actor over 2,000 steps: 110,109 ``sched_yield`` calls, no
@@ -230,7 +244,7 @@ def _sizes(quick):
 # ----------------------------------------------------------------------------- asyncflow side
 
 
-def asyncflow_side(quick, worker_counts, ray_python=None):
+def asyncflow_side(quick, worker_counts, ray_python=None, tf_python=None):
     sys.path.insert(0, os.path.join(_HERE, ".."))
     sys.path.insert(0, os.path.join(_HERE, "..", "demos"))
     import trio
@@ -238,7 +252,7 @@ def asyncflow_side(quick, worker_counts, ray_python=None):
     sizes = _sizes(quick)
     out = {}
     with local_cluster({"ps": 1, "worker": max(worker_counts)}) as spec:
-        trio.run(_asyncflow_measure, spec, sizes, worker_counts, out, ray_python)
+        trio.run(_asyncflow_measure, spec, sizes, worker_counts, out, ray_python, tf_python)
     return out
 
 
@@ -299,7 +313,8 @@ async def _pull_requests(cluster):
     return total
 
 
-async def _asyncflow_measure(spec, sizes, worker_counts, out, ray_python=None):
+async def _asyncflow_measure(spec, sizes, worker_counts, out, ray_python=None,
+                             tf_python=None):
     import trio
 
     import asyncflow as af
@@ -372,6 +387,12 @@ async def _asyncflow_measure(spec, sizes, worker_counts, out, ray_python=None):
                 for i in range(n):
                     nursery.start_soon(loop, i, start + sizes["scaling_s"])
             out[f"scaling_{n}w_steps_s"] = sum(counts) / (time.perf_counter() - start)
+    if tf_python:  # TF1's cluster is up only for this series, and gone after it
+        from bench_ps_tf1_rounds import mlp_interleaved
+        try:
+            out.update(await mlp_interleaved(af, cluster, tf_python, mlp))
+        except RuntimeError as exc:
+            print(f"interleaved PS MLP series against TF1 failed: {exc}")
     if ray_python:  # last: Ray's processes are up only for this series, and gone after it
         from bench_trivial_vs_ray import trivial_interleaved
         try:
@@ -636,7 +657,7 @@ def run_tf(tf_python, quick, worker_counts):
 
 
 LOWER_IS_BETTER = ("trivial_ms", "trivial_spin_ms", "trivial_first_ms", "trivial_il_ms",
-                   "chain_ms", "pull_step_ms", "mlp_ms",
+                   "chain_ms", "pull_step_ms", "mlp_ms", "mlp_il_ms",
                    "mlp_b1_ms", "mlp_b64_ms", "mlp_b256_ms", "mlp_b256_over_b1")
 
 
@@ -680,7 +701,7 @@ def main():
     print(f"Ray side: {ray_python}" if ray_python else f"Ray side: skipped ({why_not})")
     rounds = []
     for run in range(args.runs):
-        ours = asyncflow_side(args.quick, worker_counts, ray_python)
+        ours = asyncflow_side(args.quick, worker_counts, ray_python, tf_python)
         ours["raw_socket_mib_s"] = raw_socket_mib_s(64 * MIB, 3 if args.quick else 7)
         ours["pull_vs_raw"] = ours["pull_mib_s"] / ours["raw_socket_mib_s"]
         theirs = run_tf(tf_python, args.quick, worker_counts) if tf_python else None
@@ -694,6 +715,10 @@ def main():
             if spin is not None:
                 ours["trivial_spin_over_ray"] = spin["trivial_spin_ms"] / ray["ray_trivial_ms"]
             ours["chain_over_ray"] = ours["chain_ms"] / ray["ray_chain_ms"]
+        if "mlp_il_ms" in ours:  # each side's interleaved median over its sequential one
+            ours["mlp_il_over_seq"] = ours["mlp_il_ms"] / ours["mlp_ms"]
+            if theirs is not None and theirs.get("mlp_ms"):
+                ours["tf1_mlp_il_over_seq"] = ours["tf1_mlp_il_ms"] / theirs["mlp_ms"]
         rounds.append((ours, theirs))
         print(f"\n-- round {run + 1}/{args.runs}")
         print(f"{'metric':<22} {'asyncflow':>12} {'TF1 gRPC':>12} {'ratio':>8}")
@@ -711,6 +736,9 @@ def main():
           "trivial_spin_over_ray: its ratio to Ray's")
     print("   *_il_*: ours and Ray's trivial step in alternating chunks of one series "
           "(bench_trivial_vs_ray.py); trivial_over_ray_il is the target's figure")
+    print("   mlp_il_ms, tf1_mlp_il_ms: ours and TF1's PS MLP step in alternating chunks "
+          "(bench_ps_tf1_rounds.py); ps_mlp_over_tf1_il is the target's figure, mlp_ms's "
+          "ratio the sequential one")
     for key in rounds[0][0]:
         ours = [r[0][key] for r in rounds if key in r[0]]
         if not ours:
@@ -725,7 +753,7 @@ def main():
     if verdicts:
         print("\n-- issue 34's targets, every round (the worst round's ratio, unrounded):")
         for name, value, limit, met in verdicts:
-            sign = "<=" if name.startswith(("trivial", "mlp")) else ">="
+            sign = "<=" if name.startswith(("trivial", "mlp", "ps_mlp")) else ">="
             print(f"{name:<22} worst {value:.4f}  target {sign} {limit}  "
                   f"{'met' if met else 'NOT met'}")
         everyone = len(verdicts) == len(TARGETS) and all(v[3] for v in verdicts)
@@ -733,10 +761,11 @@ def main():
 
 
 # Issue 34's targets, each in every round: (figure, against, limit, "max" or "min" of the rounds).
-# "Within 1.5x of Ray" is judged on the interleaved ratio (``trivial_over_ray_il``): see the
-# module's docstring; the sequential ``trivial_over_ray`` is printed beside it, not judged.
+# "Within 1.5x of Ray" is judged on the interleaved ratio (``trivial_over_ray_il``) and "the PS
+# MLP at most 0.7x TF1" on ``ps_mlp_over_tf1_il``: see the module's docstring; the sequential
+# ``trivial_over_ray`` and ``mlp_ms`` ratios are printed beside them, not judged.
 TARGETS = (("trivial_ms", "TF1", 0.5, "max"), ("trivial_over_ray_il", None, 1.5, "max"),
-           ("mlp_ms", "TF1", 0.7, "max"), ("pull_mib_s", "TF1", 3.0, "min"))
+           ("ps_mlp_over_tf1_il", None, 0.7, "max"), ("pull_mib_s", "TF1", 3.0, "min"))
 
 
 def target_verdicts(rounds):
