@@ -30,9 +30,17 @@ TensorFlow is never imported by the driver: the TF server runs in the interprete
 ``--baseline-tree PATH`` adds servers running asyncflow from another source tree (an earlier
 commit, exported), so before and after are timed in the same run, interleaved.
 
+Turns (bench/server_turns.py): each round's and model's order of the servers is a row of a
+balanced Latin square (``--order balanced``, the default), and beside the best round each server's rounds, their
+median and its minor page faults a step are printed: an asyncflow process could read 10-40%
+slower than its A/A twins for its whole life, faulting a fresh heap's pages in each step
+(glibc's per-thread arenas). ``--malloc steady`` gives every server (TF1's too) glibc's
+malloc in one arena, never trimmed (``STEADY_MALLOC``); ``--watch`` samples each server's CPU
+for a second after its replies.
+
 Run: ``.venv/bin/python bench/bench_models.py [--rounds 3] [--steps 10] [--models
 convnet,autoencoder,mlp] [--openblas as-is|unset|both] [--tf-python PATH] [--intra-op N]
-[--baseline-tree PATH]``.
+[--baseline-tree PATH] [--order balanced|fixed] [--malloc as-is|steady] [--watch]``.
 """
 from __future__ import annotations
 
@@ -45,6 +53,8 @@ import sys
 import time
 
 import numpy as np
+
+import server_turns
 
 MODELS = ("convnet", "autoencoder", "mlp")
 BATCH = {"mlp": 128, "autoencoder": 256, "convnet": 128}
@@ -109,14 +119,20 @@ def cpu_seconds():
     return usage.ru_utime + usage.ru_stime
 
 
+def minor_faults():
+    """The process's minor page faults so far (a step that faults its arrays' pages in
+    again: a fresh heap each step, bench/server_turns.py)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+
+
 # -- the servers: one per framework, models built once, rounds on request ---------------------
 class Timing:
     """Times ``steps`` calls of ``run_step`` (a blocking or awaited step)."""
 
     @staticmethod
-    def record(wall, cpu, steps, losses):
+    def record(wall, cpu, steps, losses, faults=0):
         return {"step_ms": 1e3 * wall / steps, "cpu_over_wall": cpu / wall,
-                "loss": float(losses[-1])}
+                "loss": float(losses[-1]), "faults_per_step": faults / steps}
 
 
 async def median_step_ms(sess, fetches, feed, steps):
@@ -226,11 +242,11 @@ def serve_tf(models, intra_op):
         for _ in range(2):  # warm-up
             session.run([loss, train], feed)
         losses = []
-        cpu, wall = cpu_seconds(), time.perf_counter()
+        faults, cpu, wall = minor_faults(), cpu_seconds(), time.perf_counter()
         for _ in range(request["steps"]):
             losses.append(session.run([loss, train], feed)[0])
         wall, cpu = time.perf_counter() - wall, cpu_seconds() - cpu
-        result = Timing.record(wall, cpu, request["steps"], losses)
+        result = Timing.record(wall, cpu, request["steps"], losses, minor_faults() - faults)
         if request.get("trace"):
             ops, gemms = {}, {}
             for _ in range(TRACED_STEPS):
@@ -296,11 +312,12 @@ def serve_af(models, intra_op):
             for _ in range(2):
                 await session.run([loss, train], feed)
             losses = []
-            cpu, wall = cpu_seconds(), time.perf_counter()
+            faults, cpu, wall = minor_faults(), cpu_seconds(), time.perf_counter()
             for _ in range(request["steps"]):
                 losses.append((await session.run([loss, train], feed))[0])
             wall, cpu = time.perf_counter() - wall, cpu_seconds() - cpu
-            result = Timing.record(wall, cpu, request["steps"], losses)
+            result = Timing.record(wall, cpu, request["steps"], losses,
+                                   minor_faults() - faults)
             if request.get("trace"):
                 ops, gemms = {}, {}
                 for _ in range(TRACED_STEPS):
@@ -358,8 +375,16 @@ class Server:
             self.process.wait(timeout=10)
 
 
-def environments(mode, tree=None):
+# ``--malloc steady``: glibc's malloc in one arena (the brk heap), never trimmed, its top
+# padded and a fixed mmap threshold: a step's arrays come back from memory already faulted in.
+STEADY_MALLOC = {"MALLOC_ARENA_MAX": "1", "MALLOC_TRIM_THRESHOLD_": str(1 << 30),
+                 "MALLOC_TOP_PAD_": str(64 << 20), "MALLOC_MMAP_THRESHOLD_": str(32 << 20)}
+
+
+def environments(mode, tree=None, malloc="as-is"):
     base = dict(os.environ)
+    if malloc == "steady":
+        base.update(STEADY_MALLOC)
     repo = tree or os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     base["PYTHONPATH"] = repo + os.pathsep + base.get("PYTHONPATH", "")
     unset = {k: v for k, v in base.items() if k not in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")}
@@ -396,6 +421,26 @@ def print_gemms(model, servers, gemm_rounds):
         f"{total.get(s.label, 0.0):8.3f} {'':<14}" for s in servers))
 
 
+def print_rounds(args, models, servers, rounds, watched):
+    """Each server's step per round (ms, in the rounds' order), their median and the minor
+    page faults a step (median), and its CPU after its replies (``--watch``)."""
+    print(f"\nper round (order {args.order}; ms per step, then the median and the median "
+          "minor page faults a step):")
+    for model in models:
+        for server in servers:
+            times = [ms for ms, _ in rounds[(model, server.label)]]
+            faults = np.median([f for _, f in rounds[(model, server.label)]])
+            print(f"  {model:>11} {server.label:>32}: "
+                  + " ".join(f"{ms:7.2f}" for ms in times)
+                  + f"  | {np.median(times):7.2f} ms {faults:6.0f} faults")
+    for server in servers:
+        shares = watched.get(server.label)
+        if shares:
+            mean = np.mean(shares, axis=0)
+            print(f"  CPU after {server.label}'s replies (mean of {len(shares)}, 50 ms slices): "
+                  + " ".join(f"{share:.2f}" for share in mean))
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
@@ -414,6 +459,18 @@ def main(argv=None):
     parser.add_argument("--nodes", action="store_true",
                         help="trace every round and print each GEMM node's time (the median "
                              "over rounds of its mean over the traced steps) beside TF1's")
+    parser.add_argument("--order", choices=("balanced", "fixed"), default="balanced",
+                        help="balanced: each round's and model's order of the servers a row of "
+                             "a balanced Latin square (none always timed right after the same "
+                             "other); fixed: as listed")
+    parser.add_argument("--malloc", choices=("as-is", "steady"), default="as-is",
+                        help="steady: every server (TF1's too) with glibc's malloc in one "
+                             "arena, never trimmed (MALLOC_ARENA_MAX=1 and the rest of "
+                             "STEADY_MALLOC): no process pays a fresh heap's page faults "
+                             "each step (bench/server_turns.py)")
+    parser.add_argument("--watch", action="store_true",
+                        help="after each reply, sample the replying server's CPU in 50 ms "
+                             "slices for 1 s and print the mean per server (a diagnostic)")
     parser.add_argument("--serve", choices=("af", "tf"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     models = [m for m in args.models.split(",") if m]
@@ -426,31 +483,40 @@ def main(argv=None):
         return serve_af(models, args.intra_op)
 
     servers = [Server(label, sys.executable, "af", models, args.intra_op, env)
-               for label, env in environments(args.openblas)]
+               for label, env in environments(args.openblas, malloc=args.malloc)]
     for assignment in args.af_env:
         key, _, value = assignment.partition("=")
-        env = {**environments("as-is")[0][1], key: value}
+        env = {**environments("as-is", malloc=args.malloc)[0][1], key: value}
         servers.append(Server(f"af[{assignment}]", sys.executable, "af", models, args.intra_op,
                               env))
     if args.baseline_tree:
         servers += [Server(label.replace("af", "af-before", 1), sys.executable, "af", models,
                            args.intra_op, env)
-                    for label, env in environments(args.openblas, args.baseline_tree)]
+                    for label, env in environments(args.openblas, args.baseline_tree,
+                                                   args.malloc)]
     if args.tf_python:
-        tf_env = {**environments("as-is")[0][1], "TF_CPP_MIN_LOG_LEVEL": "2"}
+        tf_env = {**environments("as-is", malloc=args.malloc)[0][1],
+                  "TF_CPP_MIN_LOG_LEVEL": "2"}
         servers.append(Server("tf1", args.tf_python, "tf", models, args.intra_op, tf_env))
     print(f"load average at start: {os.getloadavg()}")
     for server in servers:
         print(f"{server.label}: {json.dumps(server.info)}")
-    best, gemm_rounds = {}, {}
+    best, gemm_rounds, rounds, watched = {}, {}, {}, {}
     for round_index in range(args.rounds):
-        for model in models:
-            for server in servers:
+        for model_index, model in enumerate(models):
+            order = (server_turns.turns(servers, round_index * len(models) + model_index)
+                     if args.order == "balanced" else servers)
+            for server in order:
                 result = server.ask(model=model, steps=args.steps, nodes=args.nodes,
                                     trace=args.nodes or round_index == args.rounds - 1)
                 for key, entry in (result.get("gemms") or {}).items():
                     gemm_rounds.setdefault((model, server.label, key), []).append(entry)
+                if args.watch:
+                    watched.setdefault(server.label, []).append(
+                        server_turns.cpu_after(server.process.pid))
                 key = (model, server.label)
+                rounds.setdefault(key, []).append((result["step_ms"],
+                                                   result.get("faults_per_step", 0.0)))
                 if key not in best or result["step_ms"] < best[key]["step_ms"]:
                     best[key] = {**result, "ops_ms": best.get(key, {}).get("ops_ms")}
                 if "ops_ms" in result:
@@ -458,6 +524,7 @@ def main(argv=None):
     for server in servers:
         server.close()
     print(f"load average at end: {os.getloadavg()}")
+    print_rounds(args, models, servers, rounds, watched)
     summary = {}
     for model in models:
         print(f"\n{model} (batch {BATCH[model]}, best of {args.rounds} rounds of "
