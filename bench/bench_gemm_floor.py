@@ -27,7 +27,6 @@ import statistics
 import time
 
 import numpy as np
-import threadpoolctl
 
 LAYERS = {"mlp": (128, [784, 256, 256, 10]), "autoencoder": (256, [784, 256, 128, 256, 784])}
 
@@ -66,6 +65,7 @@ def main():
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--repeat", type=int, default=50)
     args = parser.parse_args()
+    import threadpoolctl  # (here: bench_ae_bound.py imports gemms() under TF's interpreter)
     print(f"load average at start: {os.getloadavg()}")
     controller = threadpoolctl.ThreadpoolController()
     for info in controller.info():

@@ -1,0 +1,61 @@
+"""bench_ae_bound's shapes and arithmetic: the autoencoder's eleven GEMMs and their balanced
+lists, the eight variables, the bound against 0.8x TF1; and a run with neither TF nor MKL."""
+import os
+import subprocess
+import sys
+
+import pytest
+
+BENCH = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench")
+sys.path.append(BENCH)
+ae_bound = pytest.importorskip("bench_ae_bound")
+
+
+def test_the_eleven_gemms_are_the_steps_307_2_m_multiply_adds():
+    items = ae_bound.gemm_list()
+    kinds = [label.split()[0] for label, *_ in items]
+    assert (kinds.count("fwd"), kinds.count("dW"), kinds.count("dx")) == (4, 4, 3)
+    macs = [m for *_, m in items]
+    assert sum(macs) == ae_bound.KNOWN_MACS == 307_232_768
+    assert f"{sum(macs) / 1e6:.1f}" == "307.2"
+    assert sorted(macs) == [256 * 256 * 128] * 6 + [256 * 784 * 256] * 5
+    for label, a, b, m in items:  # the label's m x k x n is the operands'
+        assert label.split()[1] == f"{a.shape[0]}x{a.shape[1]}x{b.shape[1]}"
+        assert a.shape[1] == b.shape[0] and m == a.shape[0] * a.shape[1] * b.shape[1]
+
+
+def test_the_two_lists_take_every_gemm_once_and_balance_the_multiply_adds():
+    macs = [m for *_, m in ae_bound.gemm_list()]
+    first, second = ae_bound.balanced_lists(macs)
+    assert sorted(first + second) == list(range(11))
+    sums = sorted(sum(macs[i] for i in side) for side in (first, second))
+    assert sums == [153_092_096, 154_140_672]  # 2 x 51.4 M + 6 x 8.4 M against 3 x 51.4 M
+    assert ae_bound.balanced_lists([5, 1, 1, 1, 1, 1]) == ([0], [1, 2, 3, 4, 5])
+
+
+def test_the_bound_is_the_gemm_floor_and_half_the_rest_against_0_8_of_tf1():
+    value, target, ratio = ae_bound.bound(3.0, 1.0, 5.0)
+    assert (value, target) == (3.5, pytest.approx(4.0))
+    assert ratio == pytest.approx(0.875)
+    assert ae_bound.bound(3.2, 0.8, 4.5)[2] == pytest.approx(3.6 / 3.6)
+
+
+def test_the_eight_variables_hold_468_368_values():
+    sizes = ae_bound.param_sizes()
+    assert sizes == [200704, 256, 32768, 128, 32768, 256, 200704, 784]
+    assert sum(sizes) == 468_368
+
+
+def test_a_run_without_tf_nor_mkl_skips_them_and_says_why():
+    env = {k: v for k, v in os.environ.items() if k != "ASYNCFLOW_TF_PYTHON"}
+    env["ASYNCFLOW_BLAS"] = "numpy"
+    done = subprocess.run([sys.executable, os.path.join(BENCH, "bench_ae_bound.py"),
+                           "--rounds", "1", "--repeat", "2"], capture_output=True, text=True,
+                          env=env, timeout=300)
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    assert "MKL skipped: ASYNCFLOW_BLAS=numpy" in out
+    assert "skipped: no --tf-python nor ASYNCFLOW_TF_PYTHON given" in out
+    assert "eleven GEMMs, 307.2 M multiply-adds" in out
+    assert "GEMM floor on two cores (ours)" in out and "d. bound:" in out
+    assert "MKL" not in out.split("a. per GEMM")[1].split("GEMM floor")[0]
