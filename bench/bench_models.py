@@ -504,7 +504,7 @@ def main(argv=None):
     best, gemm_rounds, rounds, watched = {}, {}, {}, {}
     for round_index in range(args.rounds):
         for model_index, model in enumerate(models):
-            order = (server_turns.turns(servers, round_index * len(models) + model_index)
+            order = (server_turns.round_order(servers, round_index, model_index)
                      if args.order == "balanced" else servers)
             for server in order:
                 result = server.ask(model=model, steps=args.steps, nodes=args.nodes,

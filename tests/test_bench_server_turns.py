@@ -36,6 +36,29 @@ def test_the_server_timed_after_tf1_is_each_other_server_in_turn():
     assert servers == ["af", "af[numpy]", "before", "tf1"]  # (not reordered in place)
 
 
+@pytest.mark.parametrize("count", [2, 3, 4, 5])
+@pytest.mark.parametrize("models", [1, 2, 3])
+def test_each_model_walks_the_whole_square_over_its_rounds(count, models):
+    # bench_models.py times TF1 and 1-4 asyncflow servers; a model's best round is its figure,
+    # so each model's own rounds must be balanced, not only the rounds of all models together
+    rows = server_turns.orders(count)
+    for model in range(models):
+        walked = [server_turns.round_order(range(count), round_index, model)
+                  for round_index in range(len(rows))]
+        assert sorted(walked) == sorted(rows)
+
+
+def test_three_rounds_of_three_servers_put_each_other_server_right_after_tf1():
+    # the default --rounds 3 with TF1 and two of ours, each of the three models
+    servers = ["af", "before", "tf1"]
+    for model in range(3):
+        followers = {order[order.index("tf1") + 1]
+                     for order in (server_turns.round_order(servers, round_index, model)
+                                   for round_index in range(3))
+                     if order[-1] != "tf1"}
+        assert followers == {"af", "before"}
+
+
 def test_cpu_used_counts_new_threads_from_zero_and_ended_ones_as_nothing():
     before = {"1": 100, "2": 500}
     after = {"1": 180, "3": 40}  # thread 2 ended, thread 3 started
