@@ -4,6 +4,7 @@ CPU a server burns after its reply, on a fake clock."""
 import os
 import subprocess
 import sys
+import threading
 
 import pytest
 
@@ -91,3 +92,23 @@ def test_cpu_after_divides_each_slice_s_cpu_by_its_wall_time():
                                     cpu_ns=lambda pid: next(readings),
                                     clock=lambda: next(times), sleep=lambda s: None)
     assert shares == pytest.approx([0.5, 0.0])
+
+
+def test_without_schedstat_the_threads_read_their_ticks_from_stat(monkeypatch):
+    # (a kernel without schedstats: utime and stime, fields 14 and 15 of the task's stat)
+    real = open
+
+    def no_schedstat(path, *args, **kwargs):
+        if str(path).endswith("/schedstat"):
+            raise OSError(22, "schedstats off", path)
+        return real(path, *args, **kwargs)
+
+    expected = os.times()
+    monkeypatch.setattr(server_turns, "open", no_schedstat, raising=False)
+    times = server_turns.thread_cpu_ns(os.getpid())
+    assert times[str(threading.main_thread().native_id)] > 0  # (pytest's start, on it)
+    assert all(isinstance(ns, int) and ns >= 0 for ns in times.values())
+    # the live threads' ticks are at most the process's (ended threads' too), up to a tick each
+    total = (expected.user + expected.system) * 1e9
+    tick = 1e9 / os.sysconf("SC_CLK_TCK")
+    assert sum(times.values()) <= total + (len(times) + 1) * tick
