@@ -31,12 +31,13 @@ TensorFlow is never imported by the driver: the TF server runs in the interprete
 commit, exported), so before and after are timed in the same run, interleaved.
 
 Turns (bench/server_turns.py): each round's and model's order of the servers is a row of a
-balanced Latin square (``--order balanced``, the default), and beside the best round each server's rounds, their
-median and its minor page faults a step are printed: an asyncflow process could read 10-40%
-slower than its A/A twins for its whole life, faulting a fresh heap's pages in each step
-(glibc's per-thread arenas). ``--malloc steady`` gives every server (TF1's too) glibc's
-malloc in one arena, never trimmed (``STEADY_MALLOC``); ``--watch`` samples each server's CPU
-for a second after its replies.
+balanced Latin square (``--order balanced``, the default; each model takes the rows one a
+round, so its own rounds walk the whole square), and beside the best round each server's
+rounds, their median and its minor page faults a step are printed: an asyncflow process could
+read 10-40% slower than its A/A twins for its whole life, faulting a fresh heap's pages in
+each step (glibc's per-thread arenas). ``--malloc steady`` gives every server (TF1's too)
+glibc's malloc in one arena, never trimmed (``STEADY_MALLOC``); ``--watch`` samples each
+server's CPU for a second after its replies.
 
 Run: ``.venv/bin/python bench/bench_models.py [--rounds 3] [--steps 10] [--models
 convnet,autoencoder,mlp] [--openblas as-is|unset|both] [--tf-python PATH] [--intra-op N]
@@ -504,7 +505,7 @@ def main(argv=None):
     best, gemm_rounds, rounds, watched = {}, {}, {}, {}
     for round_index in range(args.rounds):
         for model_index, model in enumerate(models):
-            order = (server_turns.turns(servers, round_index * len(models) + model_index)
+            order = (server_turns.round_order(servers, round_index, model_index)
                      if args.order == "balanced" else servers)
             for server in order:
                 result = server.ask(model=model, steps=args.steps, nodes=args.nodes,

@@ -8,8 +8,9 @@ asyncflow server could read 10-40% slower than its A/A twins for its whole life;
 again every time (6-7k minor faults a step against ~0.8k, ``faults_per_step`` in the
 servers' records). Which process lands in that state is chance, so the driver:
 
-* ``turns``: each round's and model's order of the servers a row of a balanced Latin square
-  (none always timed right after the same other);
+* ``round_order``: each round's and model's order of the servers a row of a balanced Latin
+  square (``orders``, ``turns``), each model walking the rows one a round (none always timed
+  right after the same other; balanced per model over a whole square's rounds);
 * reports each server's rounds, their median and its faults a step, beside the best round.
 """
 from __future__ import annotations
@@ -56,7 +57,8 @@ def orders(count):
     """A balanced Latin square of ``count`` servers (Williams's design) as rows of indices:
     each server first in as many rows as any other, and right after each other server, within
     a row, equally often (once each for an even ``count``, in ``count`` rows; twice for an
-    odd one, in ``2 * count`` rows: each row and its reverse)."""
+    odd one, in ``2 * count`` rows: each row followed by its reverse, so that a run of fewer
+    rounds than rows, e.g. 3 of 6, still has each other server right after the last one)."""
     first, low, high = [0], 1, count - 1
     while len(first) < count:
         first.append(low)
@@ -65,19 +67,28 @@ def orders(count):
             first.append(high)
             high -= 1
     rows = [[(index + shift) % count for index in first] for shift in range(count)]
-    return rows if count % 2 == 0 else rows + [row[::-1] for row in rows]
+    return rows if count % 2 == 0 else [each for row in rows for each in (row, row[::-1])]
 
 
 def turns(items, turn):
-    """``items`` in the order of turn ``turn`` (a round's model: ``round * models + model``):
-    the rows of ``orders`` in turn, so no server is always timed right after the same other
-    (a rotation would keep the cyclic order, and with it TF1's follower)."""
+    """``items`` in the order of turn ``turn``: the rows of ``orders`` in turn, so no server is
+    always timed right after the same other (a rotation would keep the cyclic order, and with
+    it TF1's follower)."""
     items = list(items)
     if not items:
         return items
     rows = orders(len(items))
     return [items[index] for index in rows[turn % len(rows)]]
 
+
+
+def round_order(items, round_index, model_index):
+    """``items`` in the order of a round's model: each model takes the rows of ``orders`` one a
+    round (offset by its index), so each model's own rounds, whose best is its figure, walk
+    the whole square in ``len(orders(len(items)))`` rounds. (Numbering the turns ``round *
+    models + model`` did not: a model then saw every ``models``-th row only, one order for all
+    its rounds with 2 servers and 2 models, a row and its reverse with 3 and 3.)"""
+    return turns(items, round_index + model_index)
 
 def cpu_after(pid, slices=20, slice_s=0.05, cpu_ns=thread_cpu_ns, clock=time.perf_counter,
               sleep=time.sleep):

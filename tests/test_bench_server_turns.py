@@ -4,6 +4,7 @@ CPU a server burns after its reply, on a fake clock."""
 import os
 import subprocess
 import sys
+import threading
 
 import pytest
 
@@ -34,6 +35,29 @@ def test_the_server_timed_after_tf1_is_each_other_server_in_turn():
     assert server_turns.turns(servers, 4) == server_turns.turns(servers, 0)
     assert server_turns.turns([], 3) == []
     assert servers == ["af", "af[numpy]", "before", "tf1"]  # (not reordered in place)
+
+
+@pytest.mark.parametrize("count", [2, 3, 4, 5])
+@pytest.mark.parametrize("models", [1, 2, 3])
+def test_each_model_walks_the_whole_square_over_its_rounds(count, models):
+    # bench_models.py times TF1 and 1-4 asyncflow servers; a model's best round is its figure,
+    # so each model's own rounds must be balanced, not only the rounds of all models together
+    rows = server_turns.orders(count)
+    for model in range(models):
+        walked = [server_turns.round_order(range(count), round_index, model)
+                  for round_index in range(len(rows))]
+        assert sorted(walked) == sorted(rows)
+
+
+def test_three_rounds_of_three_servers_put_each_other_server_right_after_tf1():
+    # the default --rounds 3 with TF1 and two of ours, each of the three models
+    servers = ["af", "before", "tf1"]
+    for model in range(3):
+        followers = {order[order.index("tf1") + 1]
+                     for order in (server_turns.round_order(servers, round_index, model)
+                                   for round_index in range(3))
+                     if order[-1] != "tf1"}
+        assert followers == {"af", "before"}
 
 
 def test_cpu_used_counts_new_threads_from_zero_and_ended_ones_as_nothing():
@@ -68,3 +92,23 @@ def test_cpu_after_divides_each_slice_s_cpu_by_its_wall_time():
                                     cpu_ns=lambda pid: next(readings),
                                     clock=lambda: next(times), sleep=lambda s: None)
     assert shares == pytest.approx([0.5, 0.0])
+
+
+def test_without_schedstat_the_threads_read_their_ticks_from_stat(monkeypatch):
+    # (a kernel without schedstats: utime and stime, fields 14 and 15 of the task's stat)
+    real = open
+
+    def no_schedstat(path, *args, **kwargs):
+        if str(path).endswith("/schedstat"):
+            raise OSError(22, "schedstats off", path)
+        return real(path, *args, **kwargs)
+
+    expected = os.times()
+    monkeypatch.setattr(server_turns, "open", no_schedstat, raising=False)
+    times = server_turns.thread_cpu_ns(os.getpid())
+    assert times[str(threading.main_thread().native_id)] > 0  # (pytest's start, on it)
+    assert all(isinstance(ns, int) and ns >= 0 for ns in times.values())
+    # the live threads' ticks are at most the process's (ended threads' too), up to a tick each
+    total = (expected.user + expected.system) * 1e9
+    tick = 1e9 / os.sysconf("SC_CLK_TCK")
+    assert sum(times.values()) <= total + (len(times) + 1) * tick
