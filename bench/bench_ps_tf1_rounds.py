@@ -242,9 +242,10 @@ async def interleaved(step, child, chunks=CHUNKS, steps=STEPS, warmup=CHUNK_WARM
     out["il_tf1_idle_cpu"] = idle["tf1"][0] / idle["tf1"][1]
     if our_pids:
         out["il_ours_idle_cpu"] = idle["ours"][0] / idle["ours"][1]
-    if detail is not None:  # each chunk's median (us), in order
+    if detail is not None:  # each chunk's median (us), in order, and its step times (s)
         for name, chunked in (("ours", ours), ("tf1", theirs)):
             detail[name] = [round(statistics.median(c) * 1e6) for c in chunked]
+            detail[f"{name}_times"] = chunked
     return out
 
 

@@ -319,6 +319,7 @@ class ChildSession:
         self.who = who
         self._stderr = tempfile.TemporaryFile(mode="w+")
         self._frozen = []
+        self._pending = b""  # what the child wrote past the last line read
         self._ending = False  # set by ``thaw_on_sigterm``'s handler: no further SIGSTOP
         self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=self._stderr, text=True, start_new_session=True)
@@ -330,20 +331,23 @@ class ChildSession:
 
     def _read(self, command, deadline_s):
         # Polled, not one select: a process the child started may hold its stdout open after
-        # the child ended, so the end shows as the child's exit, not as an end of file.
-        end = time.monotonic() + deadline_s
-        while True:
-            ready, _, _ = select.select([self.proc.stdout], [], [],
-                                        max(min(end - time.monotonic(), 0.05), 0))
-            if ready:
-                line = self.proc.stdout.readline()
-                break
-            if self.proc.poll() is not None:
-                line = ""
-                break
-            if time.monotonic() >= end:
+        # the child ended, so the end shows as the child's exit, not as an end of file. Bytes
+        # as they come (``os.read``), not ``readline``: that blocked past the deadline on half
+        # a line, and a second line it had buffered was not seen by the next select.
+        end, fd = time.monotonic() + deadline_s, self.proc.stdout.fileno()
+        while b"\n" not in self._pending:
+            ready, _, _ = select.select([fd], [], [], max(min(end - time.monotonic(), 0.05), 0))
+            chunk = os.read(fd, 65536) if ready else None
+            if chunk:
+                self._pending += chunk
+            elif chunk == b"" or (self.proc.poll() is not None
+                                  and not select.select([fd], [], [], 0)[0]):
+                break  # the end of its stdout, or the child ended and all it wrote is read
+            if time.monotonic() >= end and b"\n" not in self._pending:
                 raise RuntimeError(f"{self.who}: no reply to {command!r} within {deadline_s:g} s"
                                    f"{self._stderr_tail()}")
+        line, _, self._pending = self._pending.partition(b"\n")
+        line = line.decode(errors="replace")
         try:
             return parse_reply(line, command, self.who)
         except RuntimeError as exc:

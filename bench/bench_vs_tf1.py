@@ -77,7 +77,10 @@ a side, 20 untimed before each) and prints ``mlp_il_ms``, ``tf1_mlp_il_ms``,
 ``ps_mlp_over_tf1_il``, the A/As ``il_aa_ours_mlp`` and ``il_aa_tf1_mlp``, what each idle side
 burnt during the other's chunks (``il_tf1_idle_cpu``, ``il_ours_idle_cpu``, in cores) and
 ``tf1_left_killed``; beside them ``mlp_il_over_seq`` and ``tf1_mlp_il_over_seq``, each side's
-interleaved median over its sequential one in the round (the fairness check: near 1 for both).
+interleaved median over its sequential one in the round: near 1 for both over many rounds, but
+a round's figure reads 0.66-1.45 with the host's phase, as the sequential one does, so it is no
+fairness check of a round; ``bench_ps_tf1_il_check.py`` is (the two forms alternated in one
+process, seconds apart, with an A/A, and the mean and p90 beside the median).
 
 Ray's compiled graph waits by spinning: its shared-memory channel's reader (the actor waiting
 for its input, the driver in ``ray.get``) loops on ``sched_yield`` and a ``sem_trywait`` until

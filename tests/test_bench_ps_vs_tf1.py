@@ -1,6 +1,6 @@
 """bench_vs_tf1's PS MLP target on the interleaved series against TF1 (bench_ps_tf1_rounds):
-the verdict's key, the TF1 child's line protocol, and a series that ends, fails or is cancelled
-leaving no process of its child's session. The child here speaks the real protocol
+the verdict's key, the TF1 child's line protocol and its replies' reads under their deadline,
+and a series that ends, fails or is cancelled leaving no process of its child's session. The child here speaks the real protocol
 (``serve_commands``) without TensorFlow: its step does nothing."""
 import contextlib
 import io
@@ -8,6 +8,7 @@ import json
 import os
 import signal
 import sys
+import time
 
 import pytest
 
@@ -87,13 +88,17 @@ server.wait()
 """
 
 
-def _fake_child(monkeypatch, started):
+def _fake_child(monkeypatch, started, log=None):
     bench = os.path.dirname(ps_tf1.__file__)
 
     def start(tf_python):
-        started.append(trivial_vs_ray.ChildSession([sys.executable, "-c", _CHILD, bench],
-                                                   who="TF1 child"))
-        return started[-1]
+        child = trivial_vs_ray.ChildSession([sys.executable, "-c", _CHILD, bench],
+                                            who="TF1 child")
+        started.append(child)
+        if log is not None:  # each command the series sends, in order with our steps
+            ask = child.ask
+            child.ask = lambda command, *args: (log.append(command), ask(command, *args))[1]
+        return child
 
     monkeypatch.setattr(ps_tf1, "start_tf_child", start)
 
@@ -102,8 +107,8 @@ class _Af:
     """Stands in for asyncflow: a session whose steps count, and cancel ``scope`` at the
     ``cancel_at``-th one."""
 
-    def __init__(self, scope=None, cancel_at=None):
-        self.scope, self.cancel_at, self.steps = scope, cancel_at, 0
+    def __init__(self, scope=None, cancel_at=None, log=None):
+        self.scope, self.cancel_at, self.steps, self.log = scope, cancel_at, 0, log
 
     @contextlib.asynccontextmanager
     async def Session(self, graph, cluster):  # noqa: N802 (asyncflow's name)
@@ -112,6 +117,8 @@ class _Af:
     async def run(self, fetch, feed=None):
         import trio
         self.steps += 1
+        if self.log is not None:
+            self.log.append("ours")
         if self.steps == self.cancel_at:
             self.scope.cancel()
         await trio.lowlevel.checkpoint()
@@ -128,15 +135,18 @@ def _reap(started):
 
 def test_a_series_alternates_chunks_and_ends_its_childs_session(monkeypatch):
     import trio
-    started, detail, af = [], {}, _Af()
-    _fake_child(monkeypatch, started)
+    started, detail, log = [], {}, []
+    af = _Af(log=log)
+    _fake_child(monkeypatch, started, log)
     try:
         out = trio.run(ps_tf1.mlp_interleaved, af, None, "unused", _MLP, 3, 4, 2, detail)
         assert trivial_vs_ray._session_pids(started[0].proc.pid) == []
     finally:
         _reap(started)
-    assert af.steps == 2 + 3 * (4 + 2)  # init and one step, then three chunks of ours
+    # init and one step, then strict turns, ours first: 2 + 4 of ours, then TF1's "run 4 2"
+    assert log == ["ours"] * 2 + (["ours"] * (2 + 4) + ["run 4 2"]) * 3
     assert len(detail["ours"]) == len(detail["tf1"]) == 3
+    assert [len(c) for c in detail["ours_times"] + detail["tf1_times"]] == [4] * 6
     assert set(out) == {"mlp_il_ms", "tf1_mlp_il_ms", "ps_mlp_over_tf1_il", "il_aa_ours_mlp",
                         "il_aa_tf1_mlp", "il_tf1_idle_cpu", "il_ours_idle_cpu",
                         "tf1_left_killed"}
@@ -181,3 +191,44 @@ def test_a_child_that_fails_mid_series_is_reported_and_its_session_ended(monkeyp
         assert trivial_vs_ray._session_pids(started[0].proc.pid) == []
     finally:
         _reap(started)
+
+
+# A child that writes half a reply and then says nothing more (a process stalled mid-write, or
+# one of its servers holding the pipe open): the read must still end at its deadline, not when
+# the child does.
+_HALF_LINE_CHILD = r"""
+import select, sys
+sys.stdout.write('{"ready": ')
+sys.stdout.flush()
+select.select([sys.stdin], [], [], 60)  # until its stdin ends (the session's close) or 60 s
+"""
+
+
+def test_a_reply_cut_off_mid_line_is_reported_at_the_deadline_not_when_the_child_ends():
+    start = time.monotonic()
+    with pytest.raises(RuntimeError, match=r"TF1 child: no reply to 'start' within 0.5 s"):
+        trivial_vs_ray.ChildSession([sys.executable, "-c", _HALF_LINE_CHILD], 0.5,
+                                    who="TF1 child")
+    assert time.monotonic() - start < 30  # (it read on until the child's end, 60 s later)
+
+
+# Two replies in one write: each ``ask`` gets its own, the second not lost in a buffer.
+_TWO_LINES_CHILD = r"""
+import json, sys
+sys.stdout.write(json.dumps({"ready": True}) + "\n" + json.dumps({"times": [0.5]}) + "\n")
+sys.stdout.flush()
+for line in sys.stdin:
+    if line.split() == ["quit"]:
+        break
+"""
+
+
+def test_two_replies_that_arrive_together_are_each_read():
+    child = trivial_vs_ray.ChildSession([sys.executable, "-c", _TWO_LINES_CHILD], 10.0,
+                                        who="TF1 child")
+    try:
+        assert child.ready == {"ready": True}
+        assert child.ask("run 1 0", 2.0) == {"times": [0.5]}
+    finally:
+        assert child.close(deadline_s=5.0) == 0
+    assert trivial_vs_ray._session_pids(child.proc.pid) == []
