@@ -28,7 +28,8 @@ b. **The rest of the step at its floor, on one thread**: the four epilogues (bia
 c. **TF1** (in a child of ``--tf-python`` or ``ASYNCFLOW_TF_PYTHON``; this interpreter never
    imports TF): its training step (``bench_models.build``, best round's mean of ``--steps``),
    and its MatMul at the eleven shapes and transposes (graph mode, ``--chain`` MatMuls chained
-   by control dependencies in one ``Session.run``, grappler off; intra-op 1 and 2 threads).
+   by control dependencies in one ``Session.run``, grappler off; intra-op 1 and 2 threads, each
+   in a process of its own: TF sizes a process's intra-op pool by its first session).
 d. **The bound**: the two-core GEMM floor plus half the rest (perfect overlap on two cores,
    no executor cost) against 0.8x TF1's step of the same run, and the same with TF's GEMMs
    where they are faster (TF's two-thread total, or its one-thread total halved).
@@ -381,17 +382,19 @@ def rest_rows(rounds, repeat):
 
 
 # -- c. TF1 in a child ---------------------------------------------------------------------------
-def tf_child(rounds, steps, chain, pinned):
-    """Run under TF's interpreter: TF1's step and its MatMul at the eleven shapes at intra-op
-    1 and 2; ``pinned`` (the process held to one CPU by its parent): its MatMul alone; JSON."""
+def tf_child(rounds, steps, chain, intra_op):
+    """Run under TF's interpreter: ``intra_op`` 0, TF1's step (its default config); else TF's
+    MatMul at the eleven shapes, every session at ``intra_op`` threads; JSON. TF's intra-op
+    pool is the process's, sized by its first session (a later session's
+    ``intra_op_parallelism_threads`` is not read): each setting runs in a fresh child."""
     import tensorflow.compat.v1 as tf
-    import bench_models
     tf.disable_eager_execution()
     tf.logging.set_verbosity(tf.logging.ERROR)
     result = {"version": tf.__version__}
-    if pinned:
-        result["matmul_pinned"] = tf_matmuls(tf, rounds, chain, 1)[0]
+    if intra_op:
+        result["matmul"], result["cpu_over_wall"] = tf_matmuls(tf, rounds, chain, intra_op)
         return print(json.dumps(result))
+    import bench_models
     graph = tf.Graph()
     rng = np.random.default_rng(0)
     with graph.as_default():
@@ -412,9 +415,6 @@ def tf_child(rounds, steps, chain, pinned):
             best, result["step_cpu_over_wall"] = wall / steps, (time.process_time() - cpu) / wall
     result["step_ms"] = 1e3 * best
     session.close()
-    for threads in (1, 2):
-        result[f"matmul_{threads}"], result[f"cpu_over_wall_{threads}"] = tf_matmuls(
-            tf, rounds, chain, threads)
     print(json.dumps(result))
 
 
@@ -455,16 +455,17 @@ def tf_matmuls(tf, rounds, chain, threads):
     return per, cpus / walls
 
 
-def one_cpu():
-    os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
-
-
-def run_child(python, args, pin=False):
-    done = subprocess.run([python, os.path.abspath(__file__), *args], capture_output=True,
-                          text=True, timeout=150, preexec_fn=one_cpu if pin else None)
-    if done.returncode:
+def run_child(python, args):
+    """The JSON a child of this file prints last, or ``(None, why)``."""
+    try:
+        done = subprocess.run([python, os.path.abspath(__file__), *args], capture_output=True,
+                              text=True, timeout=150)
+    except subprocess.TimeoutExpired:
+        return None, f"{' '.join(args[:2])}: no answer in 150 s"
+    lines = done.stdout.strip().splitlines()
+    if done.returncode or not lines:
         return None, (done.stderr.strip().splitlines() or ["no output"])[-1]
-    return json.loads(done.stdout.strip().splitlines()[-1]), None
+    return json.loads(lines[-1]), None
 
 
 # -- the run ------------------------------------------------------------------------------------
@@ -475,10 +476,11 @@ def main(argv=None):
     parser.add_argument("--steps", type=int, default=20, help="TF1 steps a round")
     parser.add_argument("--chain", type=int, default=10, help="TF MatMuls a Session.run")
     parser.add_argument("--tf-python", default=os.environ.get("ASYNCFLOW_TF_PYTHON"))
-    parser.add_argument("--child", choices=("tf", "tf-pinned", "mkl"), help=argparse.SUPPRESS)
+    parser.add_argument("--child", choices=("tf", "mkl"), help=argparse.SUPPRESS)
+    parser.add_argument("--intra-op", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    if args.child in ("tf", "tf-pinned"):
-        return tf_child(args.rounds, args.steps, args.chain, args.child == "tf-pinned")
+    if args.child == "tf":
+        return tf_child(args.rounds, args.steps, args.chain, args.intra_op)
     if args.child == "mkl":
         return mkl_threaded_child(args.rounds, args.repeat)
     print(f"load average at start: {os.getloadavg()}")
@@ -493,12 +495,12 @@ def main(argv=None):
         options = ["--rounds", str(args.rounds + 2), "--steps", str(args.steps), "--chain",
                    str(args.chain)]
         tf, tf_reason = run_child(args.tf_python, ["--child", "tf", *options])
-        if tf is not None:  # TF's MatMul on one CPU: its intra-op 1 still ran two threads
-            pinned, reason = run_child(args.tf_python, ["--child", "tf-pinned", *options],
-                                       pin=True)
-            tf["matmul_pinned"] = pinned["matmul_pinned"] if pinned else None
-            if pinned is None:
-                print(f"TF's MatMul on one CPU skipped: {reason}")
+        for threads in (1, 2) if tf is not None else ():  # a fresh process each (tf_child)
+            matmul, reason = run_child(args.tf_python, ["--child", "tf", "--intra-op",
+                                                        str(threads), *options])
+            tf[threads] = matmul
+            if matmul is None:
+                print(f"TF's MatMul at intra-op {threads} skipped: {reason}")
     blas_rows = openblas_rows(items, args.rounds, args.repeat)
     from asyncflow.exec.intra_op import claim_blas
     claim_blas()  # numpy's BLAS at one thread from here
@@ -529,13 +531,11 @@ def main(argv=None):
             one["MKL own threads (1)"] = sum(threaded["1"])
             two["MKL own threads (2) each GEMM"] = sum(threaded["2"])
             per_gemm["MKL own 2"] = threaded["2"]
-    if tf is not None:
-        per_gemm["TF 1"], per_gemm["TF 2"] = tf["matmul_1"], tf["matmul_2"]
-        one["TF MatMul intra-op 1"] = sum(tf["matmul_1"])
-        if tf["matmul_pinned"]:
-            per_gemm["TF 1 CPU"] = tf["matmul_pinned"]
-            one["TF MatMul on one CPU (pinned)"] = sum(tf["matmul_pinned"])
-        two["TF MatMul intra-op 2 each GEMM"] = sum(tf["matmul_2"])
+    tf_rows = {1: (one, "TF MatMul intra-op 1"), 2: (two, "TF MatMul intra-op 2 each GEMM")}
+    for threads, (table, form) in tf_rows.items():
+        if tf is not None and tf[threads] is not None:
+            per_gemm[f"TF {threads}"] = tf[threads]["matmul"]
+            table[form] = sum(tf[threads]["matmul"])
 
     print("\na. per GEMM, ms: " + ", ".join(per_gemm))
     for index, (label, _, _, macs) in enumerate(items):
@@ -571,24 +571,27 @@ def main(argv=None):
               f"{rest_ms / 2:.3f}); no TF1 step to compare")
         return None
     print(f"  TF {tf['version']}: step {tf['step_ms']:.3f} ms (CPU/wall "
-          f"{tf['step_cpu_over_wall']:.2f}); MatMul eleven: intra-op 1 "
-          f"{one['TF MatMul intra-op 1']:.3f} ms (CPU/wall {tf['cpu_over_wall_1']:.2f}), 2 "
-          f"{two['TF MatMul intra-op 2 each GEMM']:.3f} (CPU/wall {tf['cpu_over_wall_2']:.2f})"
-          + (f"; on one CPU {one['TF MatMul on one CPU (pinned)']:.3f} ms, OpenBLAS's one "
-             f"thread / TF's one CPU {one['OpenBLAS'] / one['TF MatMul on one CPU (pinned)']:.2f}"
-             if "TF MatMul on one CPU (pinned)" in one else ""))
+          f"{tf['step_cpu_over_wall']:.2f})")
+    for threads, (table, form) in tf_rows.items():
+        if form in table:
+            print(f"  MatMul eleven, intra-op {threads} (a process of its own): "
+                  f"{table[form]:.3f} ms (CPU/wall {tf[threads]['cpu_over_wall']:.2f})")
+    if "TF MatMul intra-op 1" in one:
+        print(f"  OpenBLAS's one thread / TF's intra-op 1: "
+              f"{one['OpenBLAS'] / one['TF MatMul intra-op 1']:.2f}")
     value, target, ratio = bound(floor, rest_ms, tf["step_ms"])
     print(f"\nd. bound {value:.3f} ms (GEMM floor {floor:.3f} + rest/2 {rest_ms / 2:.3f}) "
           f"against 0.8x TF1 {target:.3f} ms: bound / target {ratio:.3f} (the bound "
           f"{'below' if ratio < 1 else 'not below'} the target); bound / TF1 step "
           f"{value / tf['step_ms']:.3f}")
-    tf_floor = min([two["TF MatMul intra-op 2 each GEMM"]]
-                   + [one[k] / 2 for k in ("TF MatMul on one CPU (pinned)",) if k in one])
+    tf_floor = min([two[k] for k in ("TF MatMul intra-op 2 each GEMM",) if k in two]
+                   + [one[k] / 2 for k in ("TF MatMul intra-op 1",) if k in one],
+                   default=float("inf"))
     if tf_floor < floor:
-        value, target, ratio = bound(tf_floor, rest_ms, tf["step_ms"])
+        value, _, tf_ratio = bound(tf_floor, rest_ms, tf["step_ms"])
         print(f"   with TF's GEMMs ({tf_floor:.3f} ms): bound {value:.3f} ms, bound / target "
-              f"{ratio:.3f}; bound / TF1 step {value / tf['step_ms']:.3f}")
-    else:
+              f"{tf_ratio:.3f}; bound / TF1 step {value / tf['step_ms']:.3f}")
+    elif tf_floor < float("inf"):
         print(f"   TF's GEMMs no faster ({tf_floor:.3f} ms on two threads at best)")
     print(f"\nload average at end: {os.getloadavg()}")
     return ratio

@@ -59,3 +59,75 @@ def test_a_run_without_tf_nor_mkl_skips_them_and_says_why():
     assert "eleven GEMMs, 307.2 M multiply-adds" in out
     assert "GEMM floor on two cores (ours)" in out and "d. bound:" in out
     assert "MKL" not in out.split("a. per GEMM")[1].split("GEMM floor")[0]
+
+
+FAKE_TF = '''"""tensorflow.compat.v1 as far as bench_ae_bound's TF children use it: each Session's
+intra-op setting written to $FAKE_TF_LOG with the process's id; everything else a Node."""
+import os
+
+__version__ = "fake"
+
+
+class Node:
+    def __getattr__(self, name):
+        return Node()
+
+    def __call__(self, *args, **kwargs):
+        return Node()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    __add__ = __sub__ = __mul__ = __radd__ = __rsub__ = __call__
+
+
+class ConfigProto(Node):
+    def __init__(self, intra_op_parallelism_threads=0, **kwargs):
+        self.intra_op = intra_op_parallelism_threads
+
+
+class Session(Node):
+    def __init__(self, graph=None, config=None):
+        with open(os.environ["FAKE_TF_LOG"], "a") as log:
+            log.write(f"{os.getpid()} {config.intra_op if config else 0}\\n")
+
+    def run(self, *args, **kwargs):
+        return None
+
+
+def __getattr__(name):
+    return Node()
+'''
+
+
+def test_each_tf_matmul_setting_runs_in_a_process_whose_sessions_all_share_it(tmp_path):
+    # TF sizes a process's intra-op pool by its first session and ignores a later session's
+    # setting: MatMuls "at intra-op 1" in the process of the step's default session ran on
+    # the step's pool of two threads (77 G multiply-adds/s, CPU/wall 1.7).
+    package = tmp_path / "tensorflow"
+    (package / "compat").mkdir(parents=True)
+    (package / "__init__.py").write_text("from tensorflow import compat\n")
+    (package / "compat" / "__init__.py").write_text("from tensorflow.compat import v1\n")
+    (package / "compat" / "v1.py").write_text(FAKE_TF)
+    log = tmp_path / "sessions.log"
+    env = {k: v for k, v in os.environ.items() if k != "ASYNCFLOW_TF_PYTHON"}
+    env.update(ASYNCFLOW_BLAS="numpy", FAKE_TF_LOG=str(log),
+               PYTHONPATH=os.pathsep.join([str(tmp_path), env.get("PYTHONPATH", "")]))
+    done = subprocess.run([sys.executable, os.path.join(BENCH, "bench_ae_bound.py"),
+                           "--rounds", "1", "--repeat", "2", "--steps", "1", "--chain", "2",
+                           "--tf-python", sys.executable], capture_output=True, text=True,
+                          env=env, timeout=300)
+    assert done.returncode == 0, done.stderr
+    settings = {}
+    for line in log.read_text().splitlines():
+        pid, intra_op = line.split()
+        settings.setdefault(pid, []).append(int(intra_op))
+    assert sorted(sorted(set(values)) for values in settings.values()) == [[0], [1], [2]]
+    assert sorted(len(values) for values in settings.values()) == [1, 11, 11]
+    out = done.stdout
+    assert "MatMul eleven, intra-op 1 (a process of its own)" in out
+    assert "MatMul eleven, intra-op 2 (a process of its own)" in out
+    assert "OpenBLAS's one thread / TF's intra-op 1" in out and "d. bound " in out
