@@ -1,5 +1,7 @@
 """bench_ae_bound's shapes and arithmetic: the autoencoder's eleven GEMMs and their balanced
-lists, the eight variables, the bound against 0.8x TF1; and a run with neither TF nor MKL."""
+lists, the eight variables, the bound against 0.8x TF1 and TF's GEMM floor; a run with
+neither TF nor MKL, and one with a stand-in ``tensorflow`` on the children's path (which TF
+sessions each child process opens)."""
 import os
 import subprocess
 import sys
@@ -38,6 +40,15 @@ def test_the_bound_is_the_gemm_floor_and_half_the_rest_against_0_8_of_tf1():
     assert (value, target) == (3.5, pytest.approx(4.0))
     assert ratio == pytest.approx(0.875)
     assert ae_bound.bound(3.2, 0.8, 4.5)[2] == pytest.approx(3.6 / 3.6)
+
+
+def test_tfs_gemm_floor_scales_ours_by_tfs_one_thread_rate_not_halves_its_total():
+    # TF 5% faster on one thread: our two-core floor 5% lower, not TF's one-core total / 2
+    # (2.85 ms: a second core at no cost, against a floor that paid for it).
+    assert ae_bound.tf_gemm_floor(3.2, 6.0, tf_one=5.7) == pytest.approx(3.04)
+    assert ae_bound.tf_gemm_floor(3.2, 6.0, tf_one=5.7, tf_two=3.0) == 3.0
+    assert ae_bound.tf_gemm_floor(3.2, 6.0, tf_two=4.0) == 4.0
+    assert ae_bound.tf_gemm_floor(3.2, 6.0) is None
 
 
 def test_the_eight_variables_hold_468_368_values():
@@ -125,9 +136,11 @@ def test_each_tf_matmul_setting_runs_in_a_process_whose_sessions_all_share_it(tm
     for line in log.read_text().splitlines():
         pid, intra_op = line.split()
         settings.setdefault(pid, []).append(int(intra_op))
-    assert sorted(sorted(set(values)) for values in settings.values()) == [[0], [1], [2]]
-    assert sorted(len(values) for values in settings.values()) == [1, 11, 11]
+    # the step (default config) before and after ours, MatMuls at 1 and at 2: four processes
+    assert sorted(sorted(set(values)) for values in settings.values()) == [[0], [0], [1], [2]]
+    assert sorted(len(values) for values in settings.values()) == [1, 1, 11, 11]
     out = done.stdout
     assert "MatMul eleven, intra-op 1 (a process of its own)" in out
     assert "MatMul eleven, intra-op 2 (a process of its own)" in out
     assert "OpenBLAS's one thread / TF's intra-op 1" in out and "d. bound " in out
+    assert "step before ours and after " in out
