@@ -144,3 +144,28 @@ def test_each_tf_matmul_setting_runs_in_a_process_whose_sessions_all_share_it(tm
     assert "MatMul eleven, intra-op 2 (a process of its own)" in out
     assert "OpenBLAS's one thread / TF's intra-op 1" in out and "d. bound " in out
     assert "step before ours and after " in out
+
+
+def test_the_tf_gemm_ab_opens_one_session_at_intra_op_1_and_prints_both_ratios(tmp_path):
+    package = tmp_path / "tensorflow"
+    (package / "compat").mkdir(parents=True)
+    (package / "__init__.py").write_text("from tensorflow import compat\n")
+    (package / "compat" / "__init__.py").write_text("from tensorflow.compat import v1\n")
+    (package / "compat" / "v1.py").write_text(FAKE_TF)
+    log = tmp_path / "sessions.log"
+    env = {k: v for k, v in os.environ.items() if k != "ASYNCFLOW_TF_PYTHON"}
+    script = os.path.join(BENCH, "bench_tf_gemm_ab.py")
+    done = subprocess.run([sys.executable, script], capture_output=True, text=True, env=env,
+                          timeout=300)
+    assert done.returncode != 0 and "no --tf-python nor ASYNCFLOW_TF_PYTHON" in done.stderr
+    env.update(FAKE_TF_LOG=str(log),
+               PYTHONPATH=os.pathsep.join([str(tmp_path), env.get("PYTHONPATH", "")]))
+    done = subprocess.run([sys.executable, script, "--rounds", "3", "--repeat", "1", "--chain",
+                           "1", "--tf-python", sys.executable], capture_output=True, text=True,
+                          env=env, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert [line.split()[1] for line in log.read_text().splitlines()] == ["1"]
+    out = done.stdout
+    assert out.count("TF/numpy") == 3 and "(TF, numpy, numpy A/A)" in out
+    assert "(numpy, numpy A/A, TF)" in out and "(numpy A/A, TF, numpy)" in out
+    assert "TF / numpy: median" in out and "numpy A/A / numpy: median" in out
