@@ -26,12 +26,16 @@ b. **The rest of the step at its floor, on one thread**: the four epilogues (bia
    loops, the fused loss-and-SigmoidGrad kernel, ``Sum``'s GEMV); the rest is the sum of each
    item's faster form.
 c. **TF1** (in a child of ``--tf-python`` or ``ASYNCFLOW_TF_PYTHON``; this interpreter never
-   imports TF): its training step (``bench_models.build``, best round's mean of ``--steps``),
+   imports TF): its training step (``bench_models.build``, best round's mean of ``--steps``;
+   timed before the rest of the run and again after it, the faster taken),
    and its MatMul at the eleven shapes and transposes (graph mode, ``--chain`` MatMuls chained
-   by control dependencies in one ``Session.run``, grappler off; intra-op 1 and 2 threads).
+   by control dependencies in one ``Session.run``, grappler off; intra-op 1 and 2 threads, each
+   in a process of its own: TF sizes a process's intra-op pool by its first session).
 d. **The bound**: the two-core GEMM floor plus half the rest (perfect overlap on two cores,
    no executor cost) against 0.8x TF1's step of the same run, and the same with TF's GEMMs
-   where they are faster (TF's two-thread total, or its one-thread total halved).
+   where they are faster (``tf_gemm_floor``: TF's two-thread total, or the floor at TF's
+   one-thread rate over OpenBLAS's). A lower bound: below the target it says the target is
+   not ruled out, not that a schedule reaches it.
 
 Without TF (no interpreter given) its parts are skipped with the reason printed; without MKL,
 MKL's rows.
@@ -85,6 +89,16 @@ def bound(gemm_ms, rest_ms, tf_step_ms):
     value = gemm_ms + rest_ms / 2
     target = TARGET * tf_step_ms
     return value, target, value / target
+
+
+def tf_gemm_floor(floor, openblas_one, tf_one=None, tf_two=None):
+    """The two-core GEMM floor with TF's GEMMs: TF's own two-thread total, or ``floor`` (ours
+    on two cores, both cores' slow-down in it) at TF's one-thread rate against OpenBLAS's
+    (``floor * tf_one / openblas_one``), the less; None without either. (Not ``tf_one / 2``:
+    halving a one-core total assumes a second core at no cost, which ``floor`` does not.)"""
+    forms = ([] if tf_two is None else [tf_two]) + (
+        [] if tf_one is None else [floor * tf_one / openblas_one])
+    return min(forms) if forms else None
 
 
 def param_sizes():
@@ -381,17 +395,20 @@ def rest_rows(rounds, repeat):
 
 
 # -- c. TF1 in a child ---------------------------------------------------------------------------
-def tf_child(rounds, steps, chain, pinned):
-    """Run under TF's interpreter: TF1's step and its MatMul at the eleven shapes at intra-op
-    1 and 2; ``pinned`` (the process held to one CPU by its parent): its MatMul alone; JSON."""
+def tf_child(rounds, repeat, steps, chain, intra_op):
+    """Run under TF's interpreter: ``intra_op`` 0, TF1's step (its default config); else TF's
+    MatMul at the eleven shapes, every session at ``intra_op`` threads; JSON. TF's intra-op
+    pool is the process's, sized by its first session (a later session's
+    ``intra_op_parallelism_threads`` is not read): each setting runs in a fresh child."""
     import tensorflow.compat.v1 as tf
-    import bench_models
     tf.disable_eager_execution()
     tf.logging.set_verbosity(tf.logging.ERROR)
     result = {"version": tf.__version__}
-    if pinned:
-        result["matmul_pinned"] = tf_matmuls(tf, rounds, chain, 1)[0]
+    if intra_op:
+        result["matmul"], result["cpu_over_wall"] = tf_matmuls(tf, rounds, repeat, chain,
+                                                               intra_op)
         return print(json.dumps(result))
+    import bench_models
     graph = tf.Graph()
     rng = np.random.default_rng(0)
     with graph.as_default():
@@ -412,14 +429,13 @@ def tf_child(rounds, steps, chain, pinned):
             best, result["step_cpu_over_wall"] = wall / steps, (time.process_time() - cpu) / wall
     result["step_ms"] = 1e3 * best
     session.close()
-    for threads in (1, 2):
-        result[f"matmul_{threads}"], result[f"cpu_over_wall_{threads}"] = tf_matmuls(
-            tf, rounds, chain, threads)
     print(json.dumps(result))
 
 
-def tf_matmuls(tf, rounds, chain, threads):
-    """TF's MatMul at the eleven shapes (ms each) and the process's CPU over wall meanwhile."""
+def tf_matmuls(tf, rounds, repeat, chain, threads):
+    """TF's MatMul at the eleven shapes (ms each: ``best_ms``'s estimator, best of ``rounds``
+    medians of ``repeat`` samples, a sample one ``Session.run`` of ``chain`` MatMuls over
+    ``chain``) and the process's CPU over wall meanwhile."""
     per, cpus, walls = [], 0.0, 0.0
     for _, a, b, _ in gemm_list():
         graph = tf.Graph()
@@ -442,29 +458,24 @@ def tf_matmuls(tf, rounds, chain, threads):
             fetch = last.op
             for _ in range(3):
                 session.run(fetch)
-            best = float("inf")
-            for _ in range(rounds * 3):
-                start, cpu = time.perf_counter(), time.process_time()
-                session.run(fetch)
-                wall = time.perf_counter() - start
-                cpus += time.process_time() - cpu
-                walls += wall
-                best = min(best, wall / chain)
+            cpu, wall = time.process_time(), time.perf_counter()
+            per.append(best_ms(lambda: session.run(fetch), rounds, repeat) / chain)
+            cpus, walls = cpus + time.process_time() - cpu, walls + time.perf_counter() - wall
             session.close()
-        per.append(1e3 * best)
     return per, cpus / walls
 
 
-def one_cpu():
-    os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
-
-
-def run_child(python, args, pin=False):
-    done = subprocess.run([python, os.path.abspath(__file__), *args], capture_output=True,
-                          text=True, timeout=150, preexec_fn=one_cpu if pin else None)
-    if done.returncode:
+def run_child(python, args):
+    """The JSON a child of this file prints last, or ``(None, why)``."""
+    try:
+        done = subprocess.run([python, os.path.abspath(__file__), *args], capture_output=True,
+                              text=True, timeout=150)
+    except subprocess.TimeoutExpired:
+        return None, f"{' '.join(args[:2])}: no answer in 150 s"
+    lines = done.stdout.strip().splitlines()
+    if done.returncode or not lines:
         return None, (done.stderr.strip().splitlines() or ["no output"])[-1]
-    return json.loads(done.stdout.strip().splitlines()[-1]), None
+    return json.loads(lines[-1]), None
 
 
 # -- the run ------------------------------------------------------------------------------------
@@ -475,10 +486,11 @@ def main(argv=None):
     parser.add_argument("--steps", type=int, default=20, help="TF1 steps a round")
     parser.add_argument("--chain", type=int, default=10, help="TF MatMuls a Session.run")
     parser.add_argument("--tf-python", default=os.environ.get("ASYNCFLOW_TF_PYTHON"))
-    parser.add_argument("--child", choices=("tf", "tf-pinned", "mkl"), help=argparse.SUPPRESS)
+    parser.add_argument("--child", choices=("tf", "mkl"), help=argparse.SUPPRESS)
+    parser.add_argument("--intra-op", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    if args.child in ("tf", "tf-pinned"):
-        return tf_child(args.rounds, args.steps, args.chain, args.child == "tf-pinned")
+    if args.child == "tf":
+        return tf_child(args.rounds, args.repeat, args.steps, args.chain, args.intra_op)
     if args.child == "mkl":
         return mkl_threaded_child(args.rounds, args.repeat)
     print(f"load average at start: {os.getloadavg()}")
@@ -490,15 +502,16 @@ def main(argv=None):
 
     tf, tf_reason = (None, "no --tf-python nor ASYNCFLOW_TF_PYTHON given")
     if args.tf_python:  # first, while this process holds no threads of its own
-        options = ["--rounds", str(args.rounds + 2), "--steps", str(args.steps), "--chain",
-                   str(args.chain)]
+        options = ["--rounds", str(args.rounds + 2), "--repeat", str(args.repeat), "--steps",
+                   str(args.steps), "--chain", str(args.chain)]
         tf, tf_reason = run_child(args.tf_python, ["--child", "tf", *options])
-        if tf is not None:  # TF's MatMul on one CPU: its intra-op 1 still ran two threads
-            pinned, reason = run_child(args.tf_python, ["--child", "tf-pinned", *options],
-                                       pin=True)
-            tf["matmul_pinned"] = pinned["matmul_pinned"] if pinned else None
-            if pinned is None:
-                print(f"TF's MatMul on one CPU skipped: {reason}")
+        for threads in (1, 2) if tf is not None else ():  # a fresh process each (tf_child)
+            matmul, reason = run_child(args.tf_python, ["--child", "tf", "--intra-op",
+                                                        str(threads), *options,
+                                                        "--rounds", str(args.rounds)])
+            tf[threads] = matmul
+            if matmul is None:
+                print(f"TF's MatMul at intra-op {threads} skipped: {reason}")
     blas_rows = openblas_rows(items, args.rounds, args.repeat)
     from asyncflow.exec.intra_op import claim_blas
     claim_blas()  # numpy's BLAS at one thread from here
@@ -529,13 +542,11 @@ def main(argv=None):
             one["MKL own threads (1)"] = sum(threaded["1"])
             two["MKL own threads (2) each GEMM"] = sum(threaded["2"])
             per_gemm["MKL own 2"] = threaded["2"]
-    if tf is not None:
-        per_gemm["TF 1"], per_gemm["TF 2"] = tf["matmul_1"], tf["matmul_2"]
-        one["TF MatMul intra-op 1"] = sum(tf["matmul_1"])
-        if tf["matmul_pinned"]:
-            per_gemm["TF 1 CPU"] = tf["matmul_pinned"]
-            one["TF MatMul on one CPU (pinned)"] = sum(tf["matmul_pinned"])
-        two["TF MatMul intra-op 2 each GEMM"] = sum(tf["matmul_2"])
+    tf_rows = {1: (one, "TF MatMul intra-op 1"), 2: (two, "TF MatMul intra-op 2 each GEMM")}
+    for threads, (table, form) in tf_rows.items():
+        if tf is not None and tf[threads] is not None:
+            per_gemm[f"TF {threads}"] = tf[threads]["matmul"]
+            table[form] = sum(tf[threads]["matmul"])
 
     print("\na. per GEMM, ms: " + ", ".join(per_gemm))
     for index, (label, _, _, macs) in enumerate(items):
@@ -570,25 +581,32 @@ def main(argv=None):
         print(f"\nd. bound: {floor + rest_ms / 2:.3f} ms (GEMM floor {floor:.3f} + rest/2 "
               f"{rest_ms / 2:.3f}); no TF1 step to compare")
         return None
-    print(f"  TF {tf['version']}: step {tf['step_ms']:.3f} ms (CPU/wall "
-          f"{tf['step_cpu_over_wall']:.2f}); MatMul eleven: intra-op 1 "
-          f"{one['TF MatMul intra-op 1']:.3f} ms (CPU/wall {tf['cpu_over_wall_1']:.2f}), 2 "
-          f"{two['TF MatMul intra-op 2 each GEMM']:.3f} (CPU/wall {tf['cpu_over_wall_2']:.2f})"
-          + (f"; on one CPU {one['TF MatMul on one CPU (pinned)']:.3f} ms, OpenBLAS's one "
-             f"thread / TF's one CPU {one['OpenBLAS'] / one['TF MatMul on one CPU (pinned)']:.2f}"
-             if "TF MatMul on one CPU (pinned)" in one else ""))
+    after, reason = run_child(args.tf_python, ["--child", "tf", *options])
+    steps = [tf["step_ms"]] + ([after["step_ms"]] if after else [])
+    print(f"  TF {tf['version']}: step before ours and after "
+          + " / ".join(f"{ms:.3f}" for ms in steps) + (f" (after: {reason})" if after is None
+                                                      else "")
+          + f" ms, the target from the faster (CPU/wall {tf['step_cpu_over_wall']:.2f})")
+    tf["step_ms"] = min(steps)
+    for threads, (table, form) in tf_rows.items():
+        if form in table:
+            print(f"  MatMul eleven, intra-op {threads} (a process of its own): "
+                  f"{table[form]:.3f} ms (CPU/wall {tf[threads]['cpu_over_wall']:.2f})")
+    if "TF MatMul intra-op 1" in one:
+        print(f"  OpenBLAS's one thread / TF's intra-op 1: "
+              f"{one['OpenBLAS'] / one['TF MatMul intra-op 1']:.2f}")
     value, target, ratio = bound(floor, rest_ms, tf["step_ms"])
     print(f"\nd. bound {value:.3f} ms (GEMM floor {floor:.3f} + rest/2 {rest_ms / 2:.3f}) "
           f"against 0.8x TF1 {target:.3f} ms: bound / target {ratio:.3f} (the bound "
           f"{'below' if ratio < 1 else 'not below'} the target); bound / TF1 step "
           f"{value / tf['step_ms']:.3f}")
-    tf_floor = min([two["TF MatMul intra-op 2 each GEMM"]]
-                   + [one[k] / 2 for k in ("TF MatMul on one CPU (pinned)",) if k in one])
-    if tf_floor < floor:
-        value, target, ratio = bound(tf_floor, rest_ms, tf["step_ms"])
+    tf_floor = tf_gemm_floor(floor, one["OpenBLAS"], one.get("TF MatMul intra-op 1"),
+                             two.get("TF MatMul intra-op 2 each GEMM"))
+    if tf_floor is not None and tf_floor < floor:
+        value, _, tf_ratio = bound(tf_floor, rest_ms, tf["step_ms"])
         print(f"   with TF's GEMMs ({tf_floor:.3f} ms): bound {value:.3f} ms, bound / target "
-              f"{ratio:.3f}; bound / TF1 step {value / tf['step_ms']:.3f}")
-    else:
+              f"{tf_ratio:.3f}; bound / TF1 step {value / tf['step_ms']:.3f}")
+    elif tf_floor is not None:
         print(f"   TF's GEMMs no faster ({tf_floor:.3f} ms on two threads at best)")
     print(f"\nload average at end: {os.getloadavg()}")
     return ratio
