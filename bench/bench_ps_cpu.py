@@ -27,14 +27,11 @@ import subprocess
 import sys
 import time
 
+from bench_trivial_vs_ray import _cpu_s
+
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _ONE_THREAD = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 WARMUP = 100
-
-
-def _cpu_s(pid):
-    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _start(spec):

@@ -50,14 +50,9 @@ import subprocess
 import sys
 import time
 
+from bench_trivial_vs_ray import _cpu_s
+
 _HERE = os.path.dirname(os.path.abspath(__file__))
-_TICK = os.sysconf("SC_CLK_TCK")
-
-
-def _cpu_s(pid):
-    with open(f"/proc/{pid}/stat") as handle:
-        fields = handle.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / _TICK
 
 
 def _tree_cpu_s(pid):
@@ -191,8 +186,7 @@ def _cluster_pids():
 def _pids_cpu_s(pids):
     """User + system CPU seconds of ``pids`` (``stat``: a thread that ended still counts, as
     trio's thread cache's do in this process); a process gone counts 0."""
-    from bench_trivial_vs_ray import _cpu_s as cpu_s
-    return sum(cpu_s(pid) for pid in pids)
+    return sum(_cpu_s(pid) for pid in pids)
 
 
 # ``bench_trivial_vs_ray.summarize``'s figures (pooled medians, their ratio, each side's odd
