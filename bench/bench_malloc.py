@@ -12,7 +12,8 @@ candidates with the same settings make an A/A.
 Per server and model: the median step (ms) of its rounds, its minor page faults a step
 (median; a process in the state reads thousands on the convnet) and its resident memory after
 the last round (``VmRSS``, MiB); per candidate, the median of its servers' medians and how many
-servers faulted more than ``FAULTING`` pages a convnet step.
+servers faulted more than ``FAULTING`` pages a convnet step, and that median over the first
+candidate's.
 
     .venv/bin/python bench/bench_malloc.py --candidate plain= \\
         --candidate pad=MALLOC_TOP_PAD_=67108864,MALLOC_MMAP_THRESHOLD_=33554432 \\
@@ -85,6 +86,7 @@ def main(argv=None):
         server.close()
     print(f"load average at end: {os.getloadavg()}")
     print("per server: median step ms (faults a step), then RSS MiB after the rounds")
+    medians = {}
     for name, env in candidates:
         print(f"\n{name}: {' '.join(f'{k}={v}' for k, v in env.items()) or '(as the caller)'}")
         labels = [server.label for n, server in servers if n == name]
@@ -93,9 +95,13 @@ def main(argv=None):
                 f"{model} {np.median([t for t, _ in rounds[(model, label)]]):7.2f} "
                 f"({np.median([f for _, f in rounds[(model, label)]]):5.0f})" for model in models)
             print(f"  {label:>16}: {cells}  | {rss[label]:6.0f} MiB")
-        summary = "  ".join(
-            f"{model} {np.median([np.median([t for t, _ in rounds[(model, label)]]) for label in labels]):7.2f}"
-            for model in models)
+        for model in models:
+            medians[(name, model)] = float(np.median(
+                [np.median([t for t, _ in rounds[(model, label)]]) for label in labels]))
+        first = candidates[0][0]
+        summary = "  ".join(f"{model} {medians[(name, model)]:7.2f} "
+                            f"({medians[(name, model)] / medians[(first, model)]:.3f}x {first})"
+                            for model in models)
         faulting = sum(np.median([f for _, f in rounds[("convnet", label)]]) > FAULTING
                        for label in labels) if "convnet" in models else 0
         print(f"  {'median':>16}: {summary}  | {np.median([rss[l] for l in labels]):6.0f} MiB"
