@@ -13,16 +13,19 @@ same happens where a heap's freed top is trimmed (above the trim threshold, keep
 ``claim()``, called when a process first makes an asyncflow CPU device (``exec/devices.py``,
 beside ``intra_op.claim_blas``; never at ``import asyncflow``), sets with ``mallopt``:
 
-* ``M_TOP_PAD`` 64 MiB: a heap keeps up to 64 MiB free at its top rather than being deleted
-  or trimmed (the heap size, so an emptied heap always stays), and a heap or ``brk`` grows by
-  that much more at a time (address space; pages count only once touched);
+* ``M_TOP_PAD`` 64 MiB, a secondary heap's whole size: an emptied heap is kept (the heap
+  before it never has more than that free) and no heap's top is trimmed; a heap or ``brk``
+  grows by that much more at a time (address space; pages count only once touched);
 * ``M_MMAP_THRESHOLD`` 32 MiB: setting any of these fixes glibc's mmap threshold, which
   otherwise rises by itself up to 32 MiB as large blocks are freed; fixed at that maximum,
   blocks under 32 MiB come from the arenas (as they would once risen), larger ones are
   mmapped (and faulted in) each time, as before.
 
-The cost is memory: each arena may keep up to 64 MiB of freed memory resident (the RSS of
-the models' servers after their steps: bench/bench_malloc.py, bench/RESULTS.md). Only glibc
+The cost is memory: a thread's arena no longer deletes or trims its heaps (a heap is at
+most 64 MiB, so its free top never exceeds the pad), so it keeps resident what its largest
+step touched; the main arena (``brk``) keeps up to 64 MiB free at its top. The models'
+servers read 350 MiB resident after their steps against 330-450 MiB as glibc is
+(bench/bench_malloc.py, bench/RESULTS.md 2026-12-08 c50malloc). Only glibc
 (``platform.libc_ver()``); elsewhere nothing is done. ``ASYNCFLOW_MALLOC=as-is`` (or
 ``CHOICE = "as-is"`` before the first device) leaves malloc as it is; a knob the user set
 themselves (``MALLOC_TOP_PAD_``, ``MALLOC_MMAP_THRESHOLD_``, or the same glibc tunable in
