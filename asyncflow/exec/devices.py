@@ -17,6 +17,7 @@ import trio
 
 from asyncflow import device_names as _names
 from asyncflow.exec import intra_op as _intra_op
+from asyncflow.exec import malloc_settings as _malloc
 
 
 class Device:
@@ -34,6 +35,7 @@ class Device:
         self._pool = None
         self.intra_op = _intra_op.shared_pool(intra_op_threads or self._threads)
         _intra_op.claim_blas()  # the intra-op pool splits large kernels; BLAS runs 1 thread
+        _malloc.claim()  # glibc keeps a step's freed heap (exec/malloc_settings.py)
 
     @property
     def limiter(self):
