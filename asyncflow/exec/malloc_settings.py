@@ -25,7 +25,13 @@ The cost is memory: a thread's arena no longer deletes or trims its heaps (a hea
 most 64 MiB, so its free top never exceeds the pad), so it keeps resident what its largest
 step touched; the main arena (``brk``) keeps up to 64 MiB free at its top. The models'
 servers read 350 MiB resident after their steps against 330-450 MiB as glibc is
-(bench/bench_malloc.py, bench/RESULTS.md 2026-12-08 c50malloc). Only glibc
+(bench/bench_malloc.py, bench/RESULTS.md 2026-12-08 c50malloc). The settings are the whole
+process's: every arena keeps its peak until the process ends (glibc makes up to 8 per core,
+one for each thread at once, an embedding program's own threads included): 8 threads that ran
+a 200 MiB step each at once leave 1.6 GiB resident, against 1 MiB as glibc is once any thread
+frees again; ``malloc_trim(0)`` returns all but each arena's last heap's top (88 MiB left)
+(bench/bench_malloc_rss.py, bench/RESULTS.md 2026-12-08 r50malloc). A service with many
+threads that allocate large blocks may want ``as-is``. Only glibc
 (``platform.libc_ver()``); elsewhere nothing is done. ``ASYNCFLOW_MALLOC=as-is`` (or
 ``CHOICE = "as-is"`` before the first device) leaves malloc as it is; a knob the user set
 themselves (``MALLOC_TOP_PAD_``, ``MALLOC_MMAP_THRESHOLD_``, or the same glibc tunable in
@@ -64,6 +70,13 @@ def _mallopt():
         return None
 
 
+def user_tunables(text):
+    """The tunable names set in ``GLIBC_TUNABLES`` as glibc reads it: ``name=value`` items
+    separated by colons, a name matched whole (``" glibc.malloc.top_pad"`` or
+    ``"xglibc.malloc.top_pad"`` set nothing glibc knows, so they leave the knob to us)."""
+    return {name for name, sep, _ in (item.partition("=") for item in text.split(":")) if sep}
+
+
 def claim():
     """Set the knobs once per process (the first call; later calls do nothing). Returns
     ``APPLIED``."""
@@ -81,9 +94,9 @@ def claim():
         elif mallopt is None:
             skipped["all"] = "not glibc's malloc"
         else:
-            tunables = os.environ.get("GLIBC_TUNABLES", "")
+            tunables = user_tunables(os.environ.get("GLIBC_TUNABLES", ""))
             for name, param, variable, tunable, value in KNOBS:
-                if variable in os.environ or tunable + "=" in tunables:
+                if variable in os.environ or tunable in tunables:
                     skipped[name] = f"set by the user ({variable} or {tunable})"
                 elif mallopt(ctypes.c_int(param), ctypes.c_int(value)) == 1:
                     applied[name] = value

@@ -35,9 +35,13 @@ m._mallopt = counting
 
 CYCLES = """
 import ctypes, resource, threading
+libc = ctypes.CDLL(None)
+# no transparent huge pages for this process (PR_SET_THP_DISABLE): the faults counted are 4 KiB
+# pages whatever the kernel's THP mode (under "always" a fresh heap's range could fault in
+# 2 MiB at a time, far fewer faults than the bound below)
+assert libc.prctl(41, 1, 0, 0, 0) == 0
 from asyncflow.exec import devices
 devices.make_local_devices()
-libc = ctypes.CDLL(None)
 libc.malloc.restype = ctypes.c_void_p
 libc.malloc.argtypes = [ctypes.c_size_t]
 libc.free.argtypes = [ctypes.c_void_p]
@@ -102,6 +106,8 @@ print(m.APPLIED, calls, m.SKIPPED)
     ({"MALLOC_TOP_PAD_": str(1 << 20)}, "M_MMAP_THRESHOLD"),
     ({"MALLOC_MMAP_THRESHOLD_": str(1 << 20)}, "M_TOP_PAD"),
     ({"GLIBC_TUNABLES": "glibc.malloc.top_pad=1048576"}, "M_MMAP_THRESHOLD"),
+    ({"GLIBC_TUNABLES": "glibc.malloc.arena_max=2:glibc.malloc.mmap_threshold=1048576"},
+     "M_TOP_PAD"),
 ])
 def test_a_knob_the_user_set_is_left_as_set(env, kept):
     lines = run(COUNTING + """
@@ -111,6 +117,30 @@ print(sorted(m.APPLIED), len(calls), sorted(m.SKIPPED))
 """, **env)
     other = ({"M_TOP_PAD", "M_MMAP_THRESHOLD"} - {kept}).pop()
     assert lines == [f"{[kept]} 1 {[other]}"]
+
+
+@pytest.mark.parametrize("text, names", [
+    ("glibc.malloc.top_pad=1048576", {"glibc.malloc.top_pad"}),
+    ("glibc.malloc.arena_max=2:glibc.malloc.top_pad=1", {"glibc.malloc.arena_max",
+                                                         "glibc.malloc.top_pad"}),
+    # glibc matches a name whole: these set no knob, so the settings still apply
+    ("glibc.malloc.arena_max=2: glibc.malloc.top_pad=1", {"glibc.malloc.arena_max",
+                                                          " glibc.malloc.top_pad"}),
+    ("xglibc.malloc.top_pad=1", {"xglibc.malloc.top_pad"}),
+    ("", set()),
+])
+def test_glibc_tunables_read_as_glibc_reads_them(text, names):
+    assert malloc_settings.user_tunables(text) == names
+
+
+@glibc_only
+def test_a_tunable_glibc_ignores_leaves_the_knob_to_the_settings():
+    lines = run(COUNTING + """
+from asyncflow.exec import devices
+devices.make_local_devices()
+print(sorted(m.APPLIED), sorted(m.SKIPPED))
+""", GLIBC_TUNABLES="glibc.malloc.arena_max=8: glibc.malloc.top_pad=1048576")
+    assert lines == ["['M_MMAP_THRESHOLD', 'M_TOP_PAD'] []"]
 
 
 @glibc_only
