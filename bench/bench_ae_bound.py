@@ -48,7 +48,6 @@ import argparse
 import ctypes
 import json
 import os
-import statistics
 import subprocess
 import sys
 import threading
@@ -58,7 +57,7 @@ import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from bench_gemm_floor import LAYERS, gemms  # noqa: E402  (numpy and threadpoolctl only)
+from bench_gemm_floor import LAYERS, best_ms, gemms  # noqa: E402  (numpy and threadpoolctl only)
 
 BATCH, SIZES = LAYERS["autoencoder"]
 KNOWN_MACS = 307_232_768  # 119.5 M forward, 119.5 M weight gradients, 68.2 M input gradients
@@ -107,19 +106,6 @@ def param_sizes():
 
 
 # -- timing -------------------------------------------------------------------------------------
-def best_ms(fn, rounds, repeat):
-    """The best of ``rounds`` medians of ``repeat`` timed calls, ms."""
-    best = float("inf")
-    for _ in range(rounds):
-        times = []
-        for _ in range(repeat):
-            start = time.perf_counter()
-            fn()
-            times.append(time.perf_counter() - start)
-        best = min(best, statistics.median(times))
-    return 1e3 * best
-
-
 def two_threads_ms(work, rounds, repeat):
     """Two threads, each running its ``work[i]()`` ``repeat`` times from one barrier: the best
     round's wall to both done over ``repeat``, ms (one start a round, no sync between calls)."""

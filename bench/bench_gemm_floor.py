@@ -47,17 +47,22 @@ def gemms(model):
     return out
 
 
-def best_time(a, b, rounds, repeat):
-    out = np.empty((a.shape[0], b.shape[1]), np.float32)
+def best_ms(fn, rounds, repeat):
+    """The best of ``rounds`` medians of ``repeat`` timed calls, ms."""
     best = float("inf")
     for _ in range(rounds):
         times = []
         for _ in range(repeat):
             start = time.perf_counter()
-            np.matmul(a, b, out=out)
+            fn()
             times.append(time.perf_counter() - start)
         best = min(best, statistics.median(times))
-    return best
+    return 1e3 * best
+
+
+def best_time(a, b, rounds, repeat):
+    out = np.empty((a.shape[0], b.shape[1]), np.float32)
+    return best_ms(lambda: np.matmul(a, b, out=out), rounds, repeat) / 1e3
 
 
 def main():
@@ -115,17 +120,7 @@ def pairs(rounds, repeat):
             def paired():
                 pool.run(lambda i, _: np.matmul(a_w, b_w, out=out_w) if i == 0
                          else np.matmul(a_x, b_x, out=out_x), [(0, 1), (1, 2)])
-            row = []
-            for fn in (sequential, split_each, paired):
-                best = float("inf")
-                for _ in range(rounds):
-                    times = []
-                    for _ in range(repeat):
-                        start = time.perf_counter()
-                        fn()
-                        times.append(time.perf_counter() - start)
-                    best = min(best, statistics.median(times))
-                row.append(1e3 * best)
+            row = [best_ms(fn, rounds, repeat) for fn in (sequential, split_each, paired)]
             print(f"  {model:12s} {label_w:20s} + {label_x:20s} "
                   + " ".join(f"{ms:7.3f}" for ms in row))
 

@@ -114,17 +114,23 @@ def __getattr__(name):
 '''
 
 
-def test_each_tf_matmul_setting_runs_in_a_process_whose_sessions_all_share_it(tmp_path):
-    # TF sizes a process's intra-op pool by its first session and ignores a later session's
-    # setting: MatMuls "at intra-op 1" in the process of the step's default session ran on
-    # the step's pool of two threads (77 G multiply-adds/s, CPU/wall 1.7).
+def fake_tf(tmp_path):
+    """``FAKE_TF`` as a ``tensorflow`` package under ``tmp_path``; its session log's path and an
+    environment without ``ASYNCFLOW_TF_PYTHON`` (the package not yet on its path)."""
     package = tmp_path / "tensorflow"
     (package / "compat").mkdir(parents=True)
     (package / "__init__.py").write_text("from tensorflow import compat\n")
     (package / "compat" / "__init__.py").write_text("from tensorflow.compat import v1\n")
     (package / "compat" / "v1.py").write_text(FAKE_TF)
-    log = tmp_path / "sessions.log"
     env = {k: v for k, v in os.environ.items() if k != "ASYNCFLOW_TF_PYTHON"}
+    return tmp_path / "sessions.log", env
+
+
+def test_each_tf_matmul_setting_runs_in_a_process_whose_sessions_all_share_it(tmp_path):
+    # TF sizes a process's intra-op pool by its first session and ignores a later session's
+    # setting: MatMuls "at intra-op 1" in the process of the step's default session ran on
+    # the step's pool of two threads (77 G multiply-adds/s, CPU/wall 1.7).
+    log, env = fake_tf(tmp_path)
     env.update(ASYNCFLOW_BLAS="numpy", FAKE_TF_LOG=str(log),
                PYTHONPATH=os.pathsep.join([str(tmp_path), env.get("PYTHONPATH", "")]))
     done = subprocess.run([sys.executable, os.path.join(BENCH, "bench_ae_bound.py"),
@@ -147,13 +153,7 @@ def test_each_tf_matmul_setting_runs_in_a_process_whose_sessions_all_share_it(tm
 
 
 def test_the_tf_gemm_ab_opens_one_session_at_intra_op_1_and_prints_both_ratios(tmp_path):
-    package = tmp_path / "tensorflow"
-    (package / "compat").mkdir(parents=True)
-    (package / "__init__.py").write_text("from tensorflow import compat\n")
-    (package / "compat" / "__init__.py").write_text("from tensorflow.compat import v1\n")
-    (package / "compat" / "v1.py").write_text(FAKE_TF)
-    log = tmp_path / "sessions.log"
-    env = {k: v for k, v in os.environ.items() if k != "ASYNCFLOW_TF_PYTHON"}
+    log, env = fake_tf(tmp_path)
     script = os.path.join(BENCH, "bench_tf_gemm_ab.py")
     done = subprocess.run([sys.executable, script], capture_output=True, text=True, env=env,
                           timeout=300)
