@@ -213,17 +213,11 @@ async def interleaved(step, child, chunks=CHUNKS, steps=STEPS, warmup=CHUNK_WARM
     import trio
     ours, theirs, idle = [], [], {"tf1": [0.0, 0.0], "ours": [0.0, 0.0]}
     from bench_trivial_vs_ray import _session_pids
+    from bench_vs_tf1 import _aseries
     tf_pids = _session_pids(child.proc.pid)
     for _ in range(chunks):
         cpu, start = _pids_cpu_s(tf_pids), time.perf_counter()
-        for _ in range(warmup):
-            await step()
-        times = []
-        for _ in range(steps):
-            begin = time.perf_counter()
-            await step()
-            times.append(time.perf_counter() - begin)
-        ours.append(times)
+        ours.append((await _aseries(step, warmup + steps))[warmup:])
         idle["tf1"][0] += _pids_cpu_s(tf_pids) - cpu
         idle["tf1"][1] += time.perf_counter() - start
         cpu, start = _pids_cpu_s(our_pids), time.perf_counter()
